@@ -1,0 +1,1 @@
+"""The ``wakeline`` command line: one module per command, each a thin wrapper."""
