@@ -1,0 +1,26 @@
+# The two quickstart commands: `make up` (the main job on the embedded default)
+# and `make test` (install what the tests need, then run the whole suite).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+
+.PHONY: up test install clean
+
+$(BIN)/.wakeline-installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check --upgrade pip
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[test]'
+	touch $@
+
+install: $(BIN)/.wakeline-installed
+
+up: install
+	$(BIN)/wakeline up
+
+test: install
+	$(BIN)/wakeline services fetch
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+clean:
+	-$(BIN)/wakeline services down
+	rm -rf .wakeline

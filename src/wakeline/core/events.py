@@ -1,0 +1,74 @@
+"""The events the condition core consumes.  All instants are epoch seconds (UTC)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from wakeline.core.plan import Rec
+
+
+@dataclass(frozen=True)
+class RecordChanged:
+    """A change of a ``records`` row: insert (c), update (u), delete (d), snapshot (r).
+
+    ``after`` is None for a delete; ``before`` is the old row where known.  An
+    unready row is tracked only for the readiness gate; it is never visible to a
+    condition until an update makes it ready.  ``lsn`` orders an entity's
+    changes; a change at or below the last applied lsn is a redelivery.
+    """
+
+    op: str
+    after: Rec | None
+    before: Rec | None = None
+    lsn: int = 0
+
+
+@dataclass(frozen=True)
+class CursorAdvanced:
+    """A run of ``derivation`` for this entity ended (co-committed with the cursor).
+
+    ``outcome`` is succeeded | noop | failed | dead.
+    """
+
+    derivation: str
+    watermark: int
+    finished_at: float
+    outcome: str
+    job_id: str | None = None
+    lsn: int = 0
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Time passed; due jobs may dispatch."""
+
+
+@dataclass(frozen=True)
+class ManualRun:
+    derivation: str
+    run_after: float | None = None
+
+
+@dataclass(frozen=True)
+class Read:
+    max_staleness: float | None = None
+
+
+@dataclass(frozen=True)
+class CronFire:
+    """A cron bucket reached this entity.  ``catchup``: earlier buckets fired with it
+    after downtime (bounded), which coalesce into the same job."""
+
+    trigger: str
+    bucket: float
+    catchup: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class Reevaluate:
+    """Evaluate every trigger again (after a resume or a catalog change)."""
+
+    derivation: str | None = None
+
+
+Event = RecordChanged | CursorAdvanced | Tick | ManualRun | Read | CronFire | Reevaluate

@@ -1,0 +1,308 @@
+"""The evaluation plan: the normalized catalog compiled for the condition core.
+
+A :class:`Plan` holds, per derivation, its driving-source scope and the
+conditions of every trigger targeting it, each with a global index (``cid``).
+The core featurizes each record once (:meth:`Plan.featurize`): which driving
+sources it belongs to and, for every condition whose scope it matches, a value
+(``True`` for a scope match, the metric value for an accumulator, the deadline
+for ``at``).  Conditions then fold over these small facts, never over raw rows.
+
+Instants inside the core are float seconds since the Unix epoch (UTC).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from wakeline.catalog._values import MISSING, Mismatch, evaluate, parse_datetime
+
+
+@dataclass(frozen=True)
+class Rec:
+    """The fields of a record the core reads (a row of ``records``)."""
+
+    seq: int
+    collection: str
+    version: int = 1
+    type: str = ""
+    status: str = "active"
+    key: str | None = None
+    content: Mapping[str, Any] = field(default_factory=dict)
+    text: str = ""
+    tombstone: bool = False
+    annotations: Mapping[str, Any] = field(default_factory=dict)
+    scores: Mapping[str, Any] = field(default_factory=dict)
+    enriched_at: float | None = None
+    created_at: float = 0.0
+    parents: tuple[int, ...] = ()
+
+    @property
+    def ready(self) -> bool:
+        return self.enriched_at is not None
+
+
+def digest(rec: Rec) -> str:
+    """Identity of a keyed value: canonical JSON of content and text."""
+    body = json.dumps([rec.content, rec.text], sort_keys=True, separators=(",", ":"),
+                      default=str)
+    return hashlib.blake2b(body.encode(), digest_size=8).hexdigest()
+
+
+def dig(document: Any, path: str) -> Any:
+    node = document
+    for part in path.split(".") if path else []:
+        if not isinstance(node, Mapping) or part not in node:
+            return MISSING
+        node = node[part]
+    return node
+
+
+@dataclass(frozen=True)
+class FieldRef:
+    """Where a declared field's value lives, per collection version.
+
+    ``bindings`` maps (collection, version) to (annotator or None, dotted path).
+    """
+
+    name: str
+    type: str
+    items: str | None = None
+    bindings: Mapping[tuple[str, int], tuple[str | None, str]] = field(default_factory=dict)
+
+    def get(self, rec: Rec) -> Any:
+        binding = self.bindings.get((rec.collection, rec.version))
+        if binding is None:
+            return MISSING
+        annotator, path = binding
+        if annotator is not None:
+            return dig(rec.annotations.get(annotator, MISSING), path)
+        return dig(rec.content, path)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.type, self.items, tuple(sorted(self.bindings.items(),
+                                                                     key=repr))))
+
+
+@dataclass(frozen=True)
+class Pred:
+    field: FieldRef
+    op: str
+    operand: Any
+
+    def test(self, rec: Rec) -> bool:
+        return evaluate(self.op, self.field.type, self.field.items, self.operand,
+                        self.field.get(rec))
+
+
+@dataclass(frozen=True)
+class ScopePlan:
+    collections: frozenset[tuple[str, int]]
+    types: frozenset[str] | None = None
+    statuses: frozenset[str] | None = None
+    where: tuple[Pred, ...] = ()
+
+    def base_match(self, rec: Rec) -> bool:
+        return ((rec.collection, rec.version) in self.collections
+                and (self.types is None or rec.type in self.types)
+                and (self.statuses is None or rec.status in self.statuses))
+
+    def match(self, rec: Rec) -> bool:
+        return self.base_match(rec) and all(p.test(rec) for p in self.where)
+
+
+@dataclass(frozen=True)
+class MetricPlan:
+    """``count``; ``scorer`` name; or ``annotation`` + ``path``; with an aggregate."""
+
+    kind: str  # "count" | "scorer" | "annotation"
+    aggregate: str = "sum"
+    name: str = ""
+    path: str = ""
+
+    def value(self, rec: Rec) -> Any:
+        if self.kind == "count":
+            return 1
+        if self.kind == "scorer":
+            v = rec.scores.get(self.name, MISSING)
+        else:
+            v = dig(rec.annotations.get(self.name, MISSING), self.path)
+        if v is MISSING or v is None:
+            return None
+        if self.aggregate == "distinct_count":
+            return v if isinstance(v, str | int | float | bool) else json.dumps(v, sort_keys=True)
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            return None
+        return float(v)
+
+
+DATA_KINDS = frozenset({"write", "changed", "retraction", "accumulator", "census", "lifecycle"})
+REASONS = {"write": "write", "changed": "changed", "retraction": "retraction",
+           "accumulator": "threshold", "census": "census", "lifecycle": "lifecycle",
+           "quiet": "quiet", "at": "at", "cron": "cron", "read": "read"}
+
+
+@dataclass(frozen=True)
+class CondPlan:
+    cid: int
+    kind: str
+    trigger: str
+    derivation: str
+    scope: ScopePlan | None = None
+    keys: frozenset[str] | None = None
+    transitions: frozenset[str] = frozenset({"added", "changed", "removed"})
+    metric: MetricPlan | None = None
+    threshold: float = 0.0
+    comparison: str = "gte"
+    window: tuple[float, float] | None = None  # (size_s, hop_s)
+    after_s: float = 0.0
+    max_wait_s: float | None = None
+    at_field: FieldRef | None = None
+    offset_s: float = 0.0
+    cron_expr: str = ""
+    cron_entities: str = "dirty"
+    first_record: bool = False
+    total_records: int | None = None
+
+    @property
+    def reason(self) -> str:
+        return f"trigger:{self.trigger}:{REASONS[self.kind]}"
+
+    def deadline(self, rec: Rec) -> float | None:
+        assert self.at_field is not None
+        raw = self.at_field.get(rec)
+        if raw is MISSING or raw is None:
+            return None
+        try:
+            when = parse_datetime(raw, require_tz=True)
+        except Mismatch:
+            return None
+        return when.timestamp() + self.offset_s
+
+
+@dataclass(frozen=True)
+class TriggerPlan:
+    name: str
+    derivation: str
+    hash: str
+    conds: tuple[CondPlan, ...]
+    cooldown_s: float | None = None
+    debounce_s: float | None = None
+    max_wait_s: float | None = None
+
+
+@dataclass(frozen=True)
+class DerivationPlan:
+    name: str
+    index: int
+    source: ScopePlan
+    mode: str
+    allow_empty: bool
+    triggers: tuple[TriggerPlan, ...]
+    hash: str = ""
+    function: str = ""
+    timeout_s: float = 300.0
+    emits: tuple[str, ...] = ()
+
+    @property
+    def read_trigger(self) -> TriggerPlan | None:
+        for t in self.triggers:
+            if any(c.kind == "read" for c in t.conds):
+                return t
+        return None
+
+
+@dataclass
+class Fact:
+    """What the core remembers of one record: matches and values, not content."""
+
+    seq: int
+    coll: str
+    key: str | None
+    tomb: bool
+    active: bool
+    digest: str
+    ready: bool
+    arrived: float | None
+    created: float
+    drive: tuple[int, ...]
+    cond: dict[int, Any]
+
+    def to_list(self) -> list[Any]:
+        return [self.seq, self.coll, self.key, self.tomb, self.active, self.digest, self.ready,
+                self.arrived, self.created, list(self.drive),
+                [[k, v] for k, v in self.cond.items()]]
+
+    @classmethod
+    def from_list(cls, data: list[Any]) -> Fact:
+        return cls(data[0], data[1], data[2], data[3], data[4], data[5], data[6], data[7],
+                   data[8], tuple(data[9]), {int(k): v for k, v in data[10]})
+
+
+class Plan:
+    """The compiled evaluation plan of one catalog."""
+
+    def __init__(self, derivations: list[DerivationPlan], keyed: frozenset[str],
+                 catalog_hash: str = "") -> None:
+        self.derivations = {d.name: d for d in derivations}
+        self.by_index = derivations
+        self.triggers = {t.name: t for d in derivations for t in d.triggers}
+        self.conds = [c for d in derivations for t in d.triggers for c in t.conds]
+        self.keyed = keyed
+        self.catalog_hash = catalog_hash
+        self._scoped = [c for c in self.conds if c.scope is not None]
+        self._accumulators = [c for c in self.conds if c.kind == "accumulator"]
+        self.conds_by_cid = {c.cid: c for c in self.conds}
+        # The collections any condition or driving source reads: a record of
+        # another collection is irrelevant to the core.
+        self.relevant = frozenset(
+            {name for d in derivations for name, _ in d.source.collections}
+            | {name for c in self._scoped for name, _ in c.scope.collections}  # type: ignore[union-attr]
+        )
+
+    def featurize(self, rec: Rec) -> Fact | None:
+        if rec.collection not in self.relevant:
+            return None
+        drive = tuple(d.index for d in self.by_index if d.source.base_match(rec))
+        cond: dict[int, Any] = {}
+        for c in self._scoped:
+            scope = c.scope
+            assert scope is not None
+            if rec.tombstone:
+                # Tombstones carry no content: only the base scope applies here;
+                # `where` is checked on the retracted head (see docs/semantics.md).
+                if c.kind in ("changed", "retraction", "census", "at") and scope.base_match(rec):
+                    cond[c.cid] = True
+                continue
+            if not scope.match(rec):
+                continue
+            if c.kind == "at":
+                d = c.deadline(rec)
+                if d is not None:
+                    cond[c.cid] = d
+            else:
+                cond[c.cid] = True
+        for c in self._accumulators:
+            d_index = self.derivations[c.derivation].index
+            if d_index in drive and not rec.tombstone:
+                assert c.metric is not None
+                cond[c.cid] = c.metric.value(rec)
+        if not drive and not cond:
+            return None
+        return Fact(rec.seq, rec.collection, rec.key if rec.collection in self.keyed else None,
+                    rec.tombstone, rec.status == "active", digest(rec), rec.ready,
+                    rec.enriched_at, rec.created_at, drive, cond)
+
+
+def to_epoch(value: datetime | float | None) -> float | None:
+    if value is None or isinstance(value, float | int):
+        return value
+    return value.timestamp()
+
+
+__all__ = ["CondPlan", "DerivationPlan", "Fact", "FieldRef", "MetricPlan", "Plan", "Pred", "Rec",
+           "ScopePlan", "TriggerPlan", "digest", "to_epoch"]

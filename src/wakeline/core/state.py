@@ -1,0 +1,123 @@
+"""Per-entity condition state: small, serializable, rebuildable from PostgreSQL.
+
+An :class:`EntityState` holds, for one (workspace, entity):
+
+- ``facts``: featurized ready records still needed (pending above some
+  watermark, keyed-slot chains, dated rows, rows inside a window);
+- ``unready``: unready records of some driving source (they gate watermarks);
+- ``ds``: per derivation, the cursor mirror (watermark, last success, handled
+  ``at`` deadlines), history counters and the mailbox (queued + running job);
+- ``census_base``: event rows folded out of ``facts`` but still counted by a
+  census condition;
+- ``last_lsn``: the newest change applied, so a redelivered change is skipped.
+
+Everything is plain data; :meth:`EntityState.to_dict` / :meth:`from_dict`
+round-trip through JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from wakeline.core.plan import Fact
+
+
+@dataclass
+class Job:
+    """A queued or running job of one mailbox.
+
+    ``reasons`` maps each monotonic reason key to the earliest instant that
+    reason permits the run; the job's ``run_after`` is their minimum.
+    """
+
+    id: str
+    reasons: dict[str, float]
+    created: float
+    settle: list[str] = field(default_factory=list)
+    dedupe: list[str] = field(default_factory=list)
+    dispatched: float | None = None
+
+    @property
+    def run_after(self) -> float:
+        return min(self.reasons.values()) if self.reasons else self.created
+
+    def sorted_reasons(self) -> list[str]:
+        return sorted(self.reasons)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "reasons": self.reasons, "created": self.created,
+                "settle": self.settle, "dedupe": self.dedupe, "dispatched": self.dispatched}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Job:
+        return cls(d["id"], dict(d["reasons"]), d["created"], list(d.get("settle", [])),
+                   list(d.get("dedupe", [])), d.get("dispatched"))
+
+
+@dataclass
+class DState:
+    """One derivation's view of one entity: cursor mirror, counters, mailbox."""
+
+    w: int = 0
+    last_success: float | None = None
+    handled: float | None = None
+    last_run: float | None = None
+    total: int = 0
+    queued: Job | None = None
+    running: Job | None = None
+    dead: bool = False
+    jobs_made: int = 0
+    cron_last: dict[str, float] = field(default_factory=dict)
+    waiting_on: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"w": self.w, "last_success": self.last_success, "handled": self.handled,
+                "last_run": self.last_run, "total": self.total,
+                "queued": self.queued.to_dict() if self.queued else None,
+                "running": self.running.to_dict() if self.running else None,
+                "dead": self.dead, "jobs_made": self.jobs_made, "cron_last": self.cron_last,
+                "waiting_on": self.waiting_on}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DState:
+        return cls(d["w"], d["last_success"], d["handled"], d["last_run"], d["total"],
+                   Job.from_dict(d["queued"]) if d.get("queued") else None,
+                   Job.from_dict(d["running"]) if d.get("running") else None,
+                   d.get("dead", False), d.get("jobs_made", 0), dict(d.get("cron_last", {})),
+                   d.get("waiting_on"))
+
+
+@dataclass
+class EntityState:
+    workspace: str
+    entity: str
+    facts: dict[int, Fact] = field(default_factory=dict)
+    unready: dict[int, list[Any]] = field(default_factory=dict)  # seq -> [created, drive]
+    ds: dict[str, DState] = field(default_factory=dict)
+    census_base: dict[int, int] = field(default_factory=dict)
+    alerted: list[int] = field(default_factory=list)
+    last_lsn: int = 0
+
+    def d(self, name: str) -> DState:
+        st = self.ds.get(name)
+        if st is None:
+            st = self.ds[name] = DState()
+        return st
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"workspace": self.workspace, "entity": self.entity,
+                "facts": [f.to_list() for f in self.facts.values()],
+                "unready": [[s, v[0], list(v[1])] for s, v in self.unready.items()],
+                "ds": {k: v.to_dict() for k, v in self.ds.items()},
+                "census_base": [[k, v] for k, v in self.census_base.items()],
+                "alerted": self.alerted, "last_lsn": self.last_lsn}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> EntityState:
+        facts = [Fact.from_list(f) for f in d["facts"]]
+        return cls(d["workspace"], d["entity"], {f.seq: f for f in facts},
+                   {s: [c, tuple(dr)] for s, c, dr in d["unready"]},
+                   {k: DState.from_dict(v) for k, v in d["ds"].items()},
+                   {int(k): v for k, v in d["census_base"]}, list(d.get("alerted", [])),
+                   d.get("last_lsn", 0))

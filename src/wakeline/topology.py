@@ -1,0 +1,79 @@
+"""Topologies: which services, topics and worker roles an environment runs.
+
+A topology is one YAML file under ``topologies/``.  It is validated by pydantic
+(unknown keys rejected) and errors name the file and the YAML path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from wakeline.errors import ConfigError
+
+
+class TopologyInvalid(ConfigError):
+    code = "topology.invalid"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BrokerSpec(_Model):
+    kind: Literal["tansu", "kafka", "external"] = "tansu"
+    bootstrap: str | None = None
+
+
+class PostgresSpec(_Model):
+    kind: Literal["embedded", "external"] = "embedded"
+    dsn: str | None = None
+
+
+class CdcSpec(_Model):
+    kind: Literal["relay", "debezium"] = "relay"
+    slot: str = "wakeline"
+    publication: str = "wakeline"
+
+
+class TopicSpec(_Model):
+    name: str
+    partitions: int = Field(default=4, ge=1, le=1024)
+
+
+class Topics(_Model):
+    changes: TopicSpec = TopicSpec(name="wakeline.changes")
+    stimuli: TopicSpec = TopicSpec(name="wakeline.stimuli")
+    derive: TopicSpec = TopicSpec(name="wakeline.derive")
+    dead_letter: TopicSpec = TopicSpec(name="wakeline.dead-letter", partitions=1)
+
+
+class Topology(_Model):
+    name: str
+    workspace: str = "default"
+    catalog: str = "catalog"
+    broker: BrokerSpec = BrokerSpec()
+    postgres: PostgresSpec = PostgresSpec()
+    cdc: CdcSpec = CdcSpec()
+    topics: Topics = Topics()
+    state_store: Literal["memory", "rocksdb"] = "memory"
+    roles: dict[str, list[str]] = Field(default_factory=dict)
+
+
+def load_topology(path: str | Path) -> Topology:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise TopologyInvalid(f"{path}: cannot read topology: {exc}", file=str(path)) from exc
+    try:
+        return Topology.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            lines.append(f"{path}: {loc}: {err['msg']}")
+        raise TopologyInvalid("\n".join(lines), file=str(path)) from exc
