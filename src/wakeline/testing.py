@@ -571,6 +571,26 @@ class Simulator:
         return {"trigger": trigger, "entity": entity, "conditions": conds,
                 "last_outcomes": last}
 
+    def evaluate(self, trigger: str, entity: str) -> list[dict[str, Any]]:
+        """The core's raw answer per condition: holds, value, permitted time, detail.
+
+        ``value`` is what the condition measures: the number of matching pending
+        records (write, quiet), the number of transitions (changed, retraction), the
+        aggregate (accumulator; None when undefined), the census count, the total
+        driving history (lifecycle), the earliest unhandled deadline as epoch
+        seconds (at).  Used by the differential tests against the SQL oracle.
+        """
+        trig = self.plan.triggers[trigger]
+        st = self._state(entity)
+        out = []
+        for cond in trig.conds:
+            if cond.kind in ("cron", "read"):
+                continue
+            ev = C.evaluate(self.plan, st, cond, self._t())
+            out.append({"kind": cond.kind, "holds": ev.holds, "value": ev.value,
+                        "permitted": ev.permitted, "detail": ev.detail})
+        return out
+
     def outcomes_of(self, kind: str | OutcomeKind, entity: str | None = None) -> list[Outcome]:
         return [o for o in self.outcomes if o.kind == kind
                 and (entity is None or o.entity == entity)]

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from wakeline.errors import WakelineError
 
-COMMANDS = ["services", "db", "catalog", "demo"]
+COMMANDS = ["up", "services", "db", "catalog"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -128,7 +128,7 @@ def _write(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, c: CondPl
            now: float) -> Eval:
     hits = [f for f in pending(st, d) if c.cid in f.cond]
     if not hits:
-        return Eval(c, False, kind=OutcomeKind.NO_PENDING,
+        return Eval(c, False, kind=OutcomeKind.NO_PENDING, value=0,
                     reason=f"no matching record above watermark {ds.w}")
     return Eval(c, True, permitted=min(_arrived(f) for f in hits), value=len(hits),
                 reason=f"{len(hits)} matching record(s) above watermark {ds.w}",
@@ -162,7 +162,7 @@ def _changed(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, c: Cond
         why = ("pending keyed records do not change any head"
                if considered else f"no keyed record in scope above watermark {ds.w}")
         kind = OutcomeKind.NO_TRANSITION if considered else OutcomeKind.NO_PENDING
-        return Eval(c, False, kind=kind, reason=why)
+        return Eval(c, False, kind=kind, reason=why, value=0)
     found.sort()
     first = st.facts[found[0][0]]
     return Eval(c, True, permitted=_arrived(first), value=len(found),
@@ -224,7 +224,7 @@ def _lifecycle(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, c: Co
                now: float) -> Eval:
     fresh = pending(st, d)
     if not fresh:
-        return Eval(c, False, kind=OutcomeKind.NO_PENDING,
+        return Eval(c, False, kind=OutcomeKind.NO_PENDING, value=ds.total,
                     reason=f"no new driving data above watermark {ds.w}")
     reasons = []
     if c.first_record and ds.last_success is None:
@@ -247,7 +247,7 @@ def _quiet(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, c: CondPl
            now: float) -> Eval:
     hits = [f for f in pending(st, d) if c.cid in f.cond]
     if not hits:
-        return Eval(c, False, kind=OutcomeKind.NO_PENDING,
+        return Eval(c, False, kind=OutcomeKind.NO_PENDING, value=0,
                     reason=f"no matching record above watermark {ds.w}")
     arrivals = [_arrived(f) for f in hits]
     settle_at = max(arrivals) + c.after_s
@@ -256,8 +256,8 @@ def _quiet(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, c: CondPl
     detail = {"settles_at": _ts(settle_at), "records": len(hits)}
     if now < settle_at:
         return Eval(c, True, permitted=settle_at, settle=True, kind=OutcomeKind.NOT_SETTLED,
-                    reason=f"not settled until {_ts(settle_at)}", detail=detail)
-    return Eval(c, True, permitted=settle_at, settle=True, detail=detail,
+                    value=len(hits), reason=f"not settled until {_ts(settle_at)}", detail=detail)
+    return Eval(c, True, permitted=settle_at, settle=True, detail=detail, value=len(hits),
                 reason=f"quiet since {_ts(max(arrivals))}")
 
 
