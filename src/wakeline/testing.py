@@ -35,6 +35,7 @@ from wakeline.core import conditions as C
 from wakeline.core.build import build_plan
 from wakeline.core.cron import MAX_CRON_CATCHUP, due_buckets, next_bucket
 from wakeline.core.engine import Dispatch, Engine, Step
+from wakeline.core.inputs import RunInput, definition_hashes, record_dict, select_input
 from wakeline.core.events import (
     CronFire,
     CursorAdvanced,
@@ -396,36 +397,16 @@ class Simulator:
             fn = self._functions[d.name] = self.catalog.load_function(d.name)
         return fn
 
-    def _input(self, d: DerivationPlan, entity: str, watermark: int) -> tuple[list[Rec], list[Rec], int]:
-        """(records the function sees, records consumed, the watermark after)."""
-        rows = sorted((r for s, r in self.records.items() if self._entity_of[s] == entity
-                       and d.source.base_match(r)), key=lambda r: r.seq)
-        first_unready = next((r.seq for r in rows if r.seq > watermark and not r.ready), None)
-        limit = first_unready if first_unready is not None else float("inf")
-        consumed = [r for r in rows if watermark < r.seq < limit and r.ready]
-        after = max([watermark] + [r.seq for r in consumed])
-        if d.mode == "changes":
-            return consumed, consumed, after
-        visible = [r for r in rows if r.ready and r.seq < limit]
-        if d.mode == "snapshot":
-            return visible, consumed, after
-        heads: dict[tuple[str, str], Rec] = {}
-        events = []
-        for r in visible:
-            if r.key is not None:
-                if r.status == "active":
-                    heads[(r.collection, r.key)] = r
-            else:
-                events.append(r)
-        current = sorted([h for h in heads.values() if not h.tombstone] + events,
-                         key=lambda r: r.seq)
-        return current, consumed, after
+    def _input(self, d: DerivationPlan, entity: str, watermark: int) -> RunInput:
+        rows = [r for s, r in self.records.items() if self._entity_of[s] == entity]
+        return select_input(d, rows, watermark)
 
     def _start(self, dispatch: Dispatch, attempt: int) -> None:
         d = self.plan.derivations[dispatch.derivation]
         st = self._state(dispatch.entity)
         watermark = st.ds[d.name].w
-        seen, consumed, after = self._input(d, dispatch.entity, watermark)
+        inp = self._input(d, dispatch.entity, watermark)
+        seen, consumed, after = inp.seen, inp.consumed, inp.watermark_after
         now = self._t()
         noop = not seen and not d.allow_empty
         emissions: list[dict[str, Any]] | None = None
@@ -435,7 +416,7 @@ class Simulator:
         if error is None and not noop:
             ctx = DerivationContext(
                 entity=dispatch.entity, derivation=d.name, now=_dt(now),  # type: ignore[arg-type]
-                records=[self._row(r) for r in seen], workspace=self.workspace,
+                records=[record_dict(r) for r in seen], workspace=self.workspace,
                 reasons=tuple(dispatch.reasons))
             try:
                 emissions = validate_emissions(self.catalog, d.name, self._function(d)(ctx))
@@ -449,13 +430,6 @@ class Simulator:
             self._finish(dispatch.job_id)
         else:
             self._timer(run.finishes, "finish", dispatch.job_id)
-
-    def _row(self, r: Rec) -> dict[str, Any]:
-        return {"seq": r.seq, "collection": r.collection, "collection_version": r.version,
-                "type": r.type, "status": r.status, "key": r.key, "content": dict(r.content),
-                "text": r.text, "tombstone": r.tombstone, "parents": list(r.parents),
-                "annotations": dict(r.annotations), "scores": dict(r.scores),
-                "created_at": _dt(r.created_at)}
 
     def _finish(self, job_id: str) -> None:
         run = self._running.pop(job_id)
@@ -512,12 +486,8 @@ class Simulator:
                                                     job_id, self._lsn))
 
     def _hashes(self, d: DerivationPlan, reasons: list[str]) -> dict[str, str]:
-        out = {"catalog": self.plan.catalog_hash, f"derivation:{d.name}": d.hash}
-        for reason in reasons:
-            if reason.startswith("trigger:"):
-                name = reason.split(":")[1]
-                out[f"trigger:{name}"] = self.plan.triggers[name].hash
-        return out
+        return definition_hashes(self.plan.catalog_hash, d,
+                                 {n: t.hash for n, t in self.plan.triggers.items()}, reasons)
 
     def _emit(self, entity: str, em: Mapping[str, Any]) -> None:
         coll = em["collection"]

@@ -245,7 +245,7 @@ class Store:
             # Serialize retractions of one slot so two cannot both see the live head.
             self.conn.execute(
                 "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-                (f"{workspace}\x00{entity}\x00{collection}\x00{key}",),
+                (f"{workspace}\x1f{entity}\x1f{collection}\x1f{key}",),
             )
         with self.conn.cursor(row_factory=dict_row) as cur:
             return cur.execute(
