@@ -15,9 +15,11 @@ Runs start when their job is due and take ``run_duration`` seconds (default 0:
 they complete at the instant they start).  A run reads its input when it starts
 and commits its emissions, the watermark advance and its run row when it ends,
 like the derive worker.  ``fail=`` makes runs fail: a callable
-``(derivation, entity, attempt) -> exception | None``.  A :class:`Transient`
-failure is retried with exponential backoff up to ``max_attempts``; anything
-else is permanent.  Either way the job ends ``dead`` and says so.
+``(derivation, entity, attempt) -> exception | None``.  Failures are classified
+like the derive worker does (:func:`wakeline.derive.errors.classify`): transient
+ones (:class:`Transient`, and unexpected exceptions) are retried with exponential
+backoff up to ``max_attempts``; :class:`PermanentError`, configuration errors and
+timeouts are not.  Either way the job ends ``dead`` and says so.
 """
 
 from __future__ import annotations
@@ -49,15 +51,16 @@ from wakeline.core.events import (
 from wakeline.core.outcomes import Outcome, OutcomeKind
 from wakeline.core.plan import DerivationPlan, Rec
 from wakeline.core.state import EntityState
+from wakeline.derive.errors import PermanentError, TransientError, backoff, classify
 from wakeline.errors import WakelineError
 
-__all__ = ["Simulator", "Transient"]
+__all__ = ["PermanentError", "Simulator", "Transient"]
 
 CRON_PAGE = 500
 
 
-class Transient(Exception):
-    """A failure worth retrying (the network blinked, a model was overloaded)."""
+#: A failure worth retrying (the network blinked, a model was overloaded).
+Transient = TransientError
 
 
 class SimulatorError(WakelineError):
@@ -107,7 +110,7 @@ class Simulator:
         run_duration: float = 0.0,
         fail: Callable[[str, str, int], BaseException | None] | None = None,
         max_attempts: int = 3,
-        backoff_s: float = 1.0,
+        backoff_s: float = 2.0,
         unready_alert_s: float = 300.0,
         max_cron_catchup: int = MAX_CRON_CATCHUP,
     ) -> None:
@@ -444,15 +447,16 @@ class Simulator:
             "definition_hashes": self._hashes(d, dispatch.reasons),
         }
         if run.error is not None:
-            transient = isinstance(run.error, Transient)
+            kind = classify(run.error)
+            transient = kind == "transient"
             final = not transient or run.attempt >= self.max_attempts
             outcome = "dead" if final else "failed"
             self.runs.append({**base, "run_id": len(self.runs) + 1,
                               "watermark_after": dispatch.watermark, "records_consumed": 0,
                               "outcome": outcome, "error": repr(run.error),
-                              "error_kind": "transient" if transient else "permanent"})
+                              "error_kind": kind})
             if not final:
-                delay = self.backoff_s * 2 ** (run.attempt - 1)
+                delay = backoff(run.attempt, self.backoff_s)
                 self._job_state[job_id] = {"state": "retrying", "attempts": run.attempt}
                 self._timer(now + delay, "retry", (dispatch, run.attempt + 1))
                 return

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from wakeline.core.outcomes import OutcomeKind
-from wakeline.testing import Transient
+from wakeline.testing import PermanentError, Transient
 from tests.unit.core.helpers import chat, derivation, reasons, sim_for
 
 QUIET = "quiet: {collections: [main], types: [chat], after_s: 900}"
@@ -334,17 +334,18 @@ def test_transient_failures_retry_with_backoff_then_die(tmp_path):
     sim.read("user:mia")
     sim.advance(10)
     assert [a for a, _ in attempts] == [1, 2, 3]
+    assert [t for _, t in attempts][1:] == ["2026-07-19T09:00:02+00:00",
+                                            "2026-07-19T09:00:06+00:00"], "2 s, then 4 s"
     assert [r["outcome"] for r in sim.runs] == ["failed", "failed", "dead"]
     assert sim.outcomes_of(OutcomeKind.DEAD)
-    assert sim.read("user:mia")[0]["job"] == "enqueued"  # still dirty: a new job
     sim.fail = None
-    sim.advance(1)
+    assert sim.read("user:mia")[0]["job"] == "enqueued"  # still dirty: a new job
     assert sim.runs[-1]["outcome"] == "succeeded"
 
 
 def test_permanent_failure_is_not_retried_and_dead_is_reported(tmp_path):
     sim = sim_for(tmp_path, {"p": derivation("p", "read: true")},
-                  fail=lambda d, e, a: ValueError("bad config"))
+                  fail=lambda d, e, a: PermanentError("bad input"))
     chat(sim)
     sim.read("user:mia")
     assert [r["outcome"] for r in sim.runs] == ["dead"]
@@ -356,7 +357,7 @@ def test_permanent_failure_is_not_retried_and_dead_is_reported(tmp_path):
 
 def test_dead_job_reported_until_success(tmp_path):
     sim = sim_for(tmp_path, {"p": derivation("p", "read: true")},
-                  fail=lambda d, e, a: ValueError("boom"))
+                  fail=lambda d, e, a: PermanentError("boom"))
     sim.read("user:mia", max_staleness=1)          # never ran: stale → runs → dead (noop? no)
     chat(sim)
     sim.read("user:mia")
