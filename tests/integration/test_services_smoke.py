@@ -239,3 +239,17 @@ def test_cli_up_is_detached_idempotent_and_down_stops_all() -> None:
     finally:
         _cli(home, "services", "down")
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_kafka_formats_with_a_cluster_id_that_starts_with_a_dash(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """1 in 64 random ids starts with '-', which argparse once took for a flag."""
+    import wakeline.services.kafka as kafka_mod
+
+    monkeypatch.setattr(kafka_mod, "new_cluster_id", lambda: "-Ab1234567890123456789")
+    broker = KafkaBroker(base_dir=tmp_path / "kafka", ephemeral=True)
+    try:
+        broker.up(60)
+        assert "-Ab1234567890123456789" in (broker.data_dir / "meta.properties").read_text()
+    finally:
+        broker.stop()

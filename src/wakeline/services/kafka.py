@@ -150,7 +150,7 @@ class KafkaBroker(ProcessService):
         if (self.data_dir / "meta.properties").exists():
             return
         argv = java_command(java, classpath, log4j, "256m", "kafka.tools.StorageTool",
-                            "format", "-t", new_cluster_id(), "-c", str(props),
+                            "format", f"--cluster-id={new_cluster_id()}", "-c", str(props),
                             "--ignore-formatted")
         with open(self.log_path, "ab") as log:
             done = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT,
