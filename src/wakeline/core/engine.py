@@ -134,10 +134,11 @@ class Engine:
                 if any(c.window is not None and c.comparison == "lte"
                        for t in d.triggers for c in t.conds) and d.name in state.ds:
                     self._evaluate(step, d, now)
-        self._alert_unready(step, now)
-        for d in self.plan.by_index:
-            if d.name in state.ds:
-                self._dispatch(step, d, now)
+        if state.unready:
+            self._alert_unready(step, now)
+        for name, ds in state.ds.items():
+            if ds.queued is not None:
+                self._dispatch(step, self.plan.derivations[name], now)
         return step
 
     # -- records --------------------------------------------------------------

@@ -293,8 +293,10 @@ class Plan:
                 cond[c.cid] = c.metric.value(rec)
         if not drive and not cond:
             return None
-        return Fact(rec.seq, rec.collection, rec.key if rec.collection in self.keyed else None,
-                    rec.tombstone, rec.status == "active", digest(rec), rec.ready,
+        keyed = rec.collection in self.keyed
+        # Only keyed heads are compared by content; event rows need no digest.
+        return Fact(rec.seq, rec.collection, rec.key if keyed else None,
+                    rec.tombstone, rec.status == "active", digest(rec) if keyed else "", rec.ready,
                     rec.enriched_at, rec.created_at, drive, cond)
 
 

@@ -383,3 +383,18 @@ def test_noop_run_for_clean_stale_revalidation(tmp_path):
     sim.read("user:mia", max_staleness=60)
     assert [r["outcome"] for r in sim.runs] == ["noop"]
     assert sim.outcomes_of(OutcomeKind.NOOP)
+
+
+def test_cron_scan_pages_entities_in_lexical_order_500_a_page(tmp_path):
+    sim = sim_for(tmp_path, {"n": derivation("n", "cron: {expr: '0 3 * * *', entities: any}",
+                                             extra="")}, start="2026-07-19T02:00:00Z")
+    names = [f"user:{i:04d}" for i in range(1200)]
+    for name in reversed(names):
+        sim.write(entity=name, collection="relations", type="support", content={"topic": "t"})
+    sim.write(entity="_system:audit", collection="relations", type="support", content={})
+    sim.advance(3600)
+    pages = [p for p in sim.cron_pages if p["bucket"] == "2026-07-19T03:00:00Z"]
+    assert [p["entities"] for p in pages] == [500, 500, 200]
+    assert len({p["dedupe"] for p in pages}) == 1 and pages[0]["dedupe"] == "cron:n:2026-07-19T03:00:00Z"
+    ran = [r["entity"] for r in sim.runs if "trigger:n.default:cron" in r["trigger_reasons"]]
+    assert ran == names, "every non-system entity, in lexical order"
