@@ -107,3 +107,19 @@ def test_one_queued_job_per_mailbox(store: Store) -> None:
         store.conn.execute(ins, ("j3", "queued"))
     with pytest.raises(psycopg.errors.UniqueViolation):
         store.conn.execute(ins, ("j4", "running"))
+
+
+def test_cli_db_migrate_applies_then_reports_up_to_date(pg_dsn: str) -> None:
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "wakeline.cli.main", "db", "migrate", "--dsn", pg_dsn]
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert first.returncode == 0, first.stderr
+    assert "applied 0001_init" in first.stdout
+    second = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert second.returncode == 0 and "(up to date)" in second.stdout
+    bad = subprocess.run([sys.executable, "-m", "wakeline.cli.main", "db", "migrate"],
+                         capture_output=True, text=True, timeout=60,
+                         env={"PATH": "/usr/bin:/bin", "WAKELINE_HOME": "/nonexistent"})
+    assert bad.returncode == 2 and "no database" in bad.stderr
