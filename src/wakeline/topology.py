@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from wakeline.errors import ConfigError
 
@@ -49,6 +49,14 @@ class Topics(_Model):
     stimuli: TopicSpec = TopicSpec(name="wakeline.stimuli")
     derive: TopicSpec = TopicSpec(name="wakeline.derive")
     dead_letter: TopicSpec = TopicSpec(name="wakeline.dead-letter", partitions=1)
+
+    @model_validator(mode="after")
+    def _co_partitioned(self) -> Topics:
+        # One agent consumes changes and stimuli together, keyed by entity.
+        if self.changes.partitions != self.stimuli.partitions:
+            raise ValueError("changes and stimuli must have the same partition count "
+                             f"({self.changes.partitions} != {self.stimuli.partitions})")
+        return self
 
 
 class Topology(_Model):
