@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from wakeline.errors import WakelineError
 
-COMMANDS = ["up", "services", "db", "catalog"]
+COMMANDS = ["up", "worker", "run", "services", "db", "catalog"]
 
 
 def build_parser() -> argparse.ArgumentParser:

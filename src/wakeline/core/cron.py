@@ -40,12 +40,14 @@ def due_buckets(
     """Plan the buckets to fire at ``now`` given the last completed bucket.
 
     A brand-new schedule (``last_bucket is None``) starts at its latest due bucket
-    rather than replaying history.  After downtime at most ``max_catchup`` of the
+    rather than replaying history: that bucket becomes its last completed one and
+    the first fire is the next bucket (deploying a nightly job at 10:00 does not
+    run it at once for every entity).  After downtime at most ``max_catchup`` of the
     most recent missed buckets fire; older ones are reported as missed.
     """
     latest = latest_due(expr, now)
     if last_bucket is None:
-        return CronPlan([latest], [], latest)
+        return CronPlan([], [], latest)
     if latest <= last_bucket:
         return CronPlan([], [], last_bucket)
     pending: list[datetime] = []

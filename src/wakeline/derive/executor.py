@@ -121,6 +121,13 @@ class DeriveExecutor:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.conn.close()
 
+    def reset(self) -> None:
+        """Reconnect after an infrastructure failure (a broken or aborted connection)."""
+        try:
+            self.conn.close()
+        finally:
+            self.conn = psycopg.connect(self.dsn, autocommit=True)
+
     # -- the job --------------------------------------------------------------------
 
     def execute(self, job: JobSpec) -> RunResult:

@@ -1,0 +1,302 @@
+"""The Faust application: agents, tables and timers around the pure core.
+
+Roles (a worker runs one or several):
+
+- ``conditions``: consumes ``changes`` + ``stimuli`` (co-partitioned by entity),
+  applies each event to the entity's state (a changelogged Faust table), sends
+  dispatched jobs to ``derive``, records outcomes, keeps the time index and sends
+  the ticks it finds due;
+- ``derive``: consumes ``derive`` and runs jobs with :class:`DeriveExecutor`
+  (co-commit in PostgreSQL; the cursor row's change comes back on ``changes``
+  and re-evaluates the entity, in order with its records);
+- ``cron``: plans buckets (once per bucket across workers, durably in
+  PostgreSQL) and pages entity scans through the ``cron`` topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import faust
+from aiokafka.partitioner import murmur2
+
+from wakeline.catalog import Catalog
+from wakeline.clock import Clock, SystemClock
+from wakeline.core.build import build_plan
+from wakeline.core.engine import Dispatch, Engine
+from wakeline.core.outcomes import Outcome
+from wakeline.core.state import EntityState
+from wakeline.derive import DeriveExecutor, JobSpec, RunResult
+from wakeline.streams import stimuli
+from wakeline.streams.changes import decode_change
+from wakeline.streams.cron import CronScheduler
+from wakeline.streams.keys import entity_key, parse_key
+from wakeline.streams.sinks import OutcomeWriter
+from wakeline.streams.timers import TimerIndex
+from wakeline.topology import Topology
+
+log = logging.getLogger("wakeline.streams")
+
+ROLES = ("conditions", "derive", "cron")
+
+
+@dataclass
+class Counters:
+    events: int = 0
+    duplicates: int = 0
+    dead_letters: int = 0
+    dispatched: int = 0
+    runs: int = 0
+    ticks: int = 0
+    by_outcome: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class Runtime:
+    """What one worker process needs; shared by its agents."""
+
+    topology: Topology
+    catalog: Catalog
+    dsn: str
+    bootstrap: str
+    roles: tuple[str, ...] = ROLES
+    clock: Clock = field(default_factory=SystemClock)
+    app_id: str | None = None
+    on_run: Callable[[RunResult], None] | None = None
+    on_outcome: Callable[[Outcome], None] | None = None
+    derive_concurrency: int = 2
+    tick_interval: float = 0.2
+    announce: bool = False
+
+    def __post_init__(self) -> None:
+        self.plan = build_plan(self.catalog)
+        self.engine = Engine(self.plan)
+        self.timers = TimerIndex()
+        self.counters = Counters()
+        self.partitions = self.topology.topics.changes.partitions
+        self._outcomes: OutcomeWriter | None = None
+        self._executors: asyncio.Queue[DeriveExecutor] | None = None
+        self._pool = ThreadPoolExecutor(max_workers=max(1, self.derive_concurrency),
+                                        thread_name_prefix="derive")
+
+    # -- resources --------------------------------------------------------------------
+
+    @property
+    def outcomes(self) -> OutcomeWriter:
+        if self._outcomes is None:
+            self._outcomes = OutcomeWriter(self.dsn, on_outcome=self._count_outcome)
+        return self._outcomes
+
+    def _count_outcome(self, o: Outcome) -> None:
+        k = str(o.kind)
+        self.counters.by_outcome[k] = self.counters.by_outcome.get(k, 0) + 1
+        if self.on_outcome is not None:
+            self.on_outcome(o)
+
+    async def executor(self) -> DeriveExecutor:
+        if self._executors is None:
+            self._executors = asyncio.Queue()
+            for _ in range(max(1, self.derive_concurrency)):
+                self._executors.put_nowait(DeriveExecutor(self.catalog, self.dsn,
+                                                          clock=self.clock, plan=self.plan))
+        return await self._executors.get()
+
+    def partition_of(self, key: bytes) -> int:
+        return (murmur2(key) & 0x7FFFFFFF) % self.partitions
+
+    def close(self) -> None:
+        if self._outcomes is not None:
+            self._outcomes.close()
+        if self._executors is not None:
+            while not self._executors.empty():
+                self._executors.get_nowait().close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def build_app(rt: Runtime) -> faust.App:
+    topo = rt.topology
+    app = faust.App(
+        rt.app_id or f"wakeline-{topo.name}",
+        broker=f"kafka://{rt.bootstrap}",
+        store="rocksdb://" if topo.state_store == "rocksdb" else "memory://",
+        topic_partitions=topo.topics.changes.partitions,
+        web_enabled=False,
+        consumer_auto_offset_reset="earliest",
+        broker_session_timeout=6.0,
+        broker_heartbeat_interval=1.0,
+        stream_buffer_maxsize=16384,
+        broker_max_poll_records=2000,
+        topic_allow_declare=True,
+        producer_acks=-1,
+        table_standby_replicas=0,
+    )
+    raw = {"key_serializer": "raw", "value_serializer": "raw"}
+    source = app.topic(topo.topics.changes.name, topo.topics.stimuli.name, **raw)
+    stimuli_topic = app.topic(topo.topics.stimuli.name, partitions=topo.topics.stimuli.partitions,
+                              **raw)
+    derive_topic = app.topic(topo.topics.derive.name, partitions=topo.topics.derive.partitions,
+                             **raw)
+    cron_topic = app.topic(f"{topo.topics.changes.name}.cron", partitions=1, **raw)
+    rt.dead_letter_topic = app.topic(topo.topics.dead_letter.name,
+                                     partitions=topo.topics.dead_letter.partitions, **raw)
+    state = app.Table("wakeline-entity-state", default=None,
+                      partitions=topo.topics.changes.partitions,
+                      schema=faust.Schema(key_serializer="raw", value_serializer="json"))
+    app.wakeline = rt  # type: ignore[attr-defined]
+
+    if "conditions" in rt.roles:
+
+        @app.agent(source, name="conditions")
+        async def conditions(stream: faust.StreamT) -> None:
+            async for event in stream.events():
+                await _handle(rt, state, derive_topic, event)
+
+        @app.timer(interval=rt.tick_interval, name="ticks")
+        async def ticks() -> None:
+            for key in rt.timers.pop_due(rt.clock.now().timestamp()):
+                rt.counters.ticks += 1
+                await stimuli_topic.send(key=key, value=stimuli.encode("tick"))
+
+        @state.on_recover
+        async def rebuild_time_index() -> None:
+            assigned = {tp.partition for tp in app.assignor.assigned_actives()
+                        if tp.topic == topo.topics.changes.name}
+            n = 0
+            for key, data in state.items():
+                if data is None:
+                    continue
+                p = rt.partition_of(key)
+                if p in assigned:
+                    st = EntityState.from_dict(data)
+                    rt.timers.set(p, key, rt.engine.next_wakeup(st))
+                    n += 1
+            log.info("time index rebuilt: %d entities, %d due entries", n, len(rt.timers))
+            if rt.announce:
+                print(f"wakeline: conditions ready, partitions {sorted(assigned)}, "
+                      f"{n} entities", flush=True)
+
+        @app.on_partitions_revoked.connect
+        async def on_revoked(sender: Any, revoked: Any, **kw: Any) -> None:
+            rt.timers.drop_partitions({tp.partition for tp in revoked
+                                       if tp.topic == topo.topics.changes.name})
+
+    if "derive" in rt.roles:
+
+        @app.agent(derive_topic, name="derive", concurrency=max(1, rt.derive_concurrency))
+        async def derive(stream: faust.StreamT) -> None:
+            async for raw_job in stream:
+                await _run_job(rt, JobSpec.from_json(raw_job))
+
+    if "cron" in rt.roles:
+        scheduler = CronScheduler(rt, stimuli_topic, cron_topic)
+
+        @app.timer(interval=1.0, name="cron-plan")
+        async def cron_plan() -> None:
+            await scheduler.plan()
+
+        @app.agent(cron_topic, name="cron-pages")
+        async def cron_pages(stream: faust.StreamT) -> None:
+            async for page in stream:
+                await scheduler.page(page)
+
+    @app.on_rebalance_complete.connect
+    async def on_rebalanced(sender: Any, **kw: Any) -> None:
+        if rt.announce:
+            print(f"wakeline: rebalance complete, roles {','.join(rt.roles)}", flush=True)
+
+    return app
+
+
+async def _handle(rt: Runtime, state: Any, derive_topic: Any, event: Any) -> None:
+    msg = event.message
+    key: bytes | None = event.key
+    topo = rt.topology
+    if msg.topic == topo.topics.stimuli.name:
+        ident = parse_key(key)
+        try:
+            core_events = [stimuli.decode(event.value)]
+        except stimuli.BadStimulus as exc:
+            await _dead_letter(rt, event, str(exc))
+            return
+    else:
+        decoded = decode_change(key, event.value)
+        if decoded.error is not None:
+            await _dead_letter(rt, event, decoded.error)
+            return
+        if not decoded.events:
+            return
+        ident = decoded.entity
+        core_events = decoded.events
+    if ident is None or key is None:
+        await _dead_letter(rt, event, "message key is not {workspace, entity}")
+        return
+    rt.counters.events += 1
+    data = state.get(key)
+    st = EntityState.from_dict(data) if data else EntityState(ident[0], ident[1])
+    now = rt.clock.now().timestamp()
+    dispatched: list[Dispatch] = []
+    outcomes: list[Outcome] = []
+    for ev in core_events:
+        step = rt.engine.apply(st, ev, now)
+        st = step.state
+        if step.duplicate:
+            rt.counters.duplicates += 1
+        dispatched.extend(step.dispatched)
+        outcomes.extend(step.outcomes)
+    state[key] = st.to_dict()
+    rt.timers.set(msg.partition, key, rt.engine.next_wakeup(st))
+    for d in dispatched:
+        rt.counters.dispatched += 1
+        job = JobSpec(d.job_id, d.workspace, d.derivation, d.entity, tuple(d.reasons),
+                      d.run_after, 1, tuple(d.dedupe))
+        await derive_topic.send(key=entity_key(d.workspace, d.entity), value=job.to_json())
+    if outcomes:
+        rt.outcomes.put(outcomes)
+
+
+async def _dead_letter(rt: Runtime, event: Any, reason: str) -> None:
+    from wakeline.streams.changes import dead_letter
+
+    rt.counters.dead_letters += 1
+    await dead_letter(rt, event, reason)
+
+
+async def _run_job(rt: Runtime, job: JobSpec) -> None:
+    loop = asyncio.get_running_loop()
+    ex = await rt.executor()
+    infra_failures = 0
+    try:
+        while True:
+            try:
+                result: RunResult = await loop.run_in_executor(rt._pool, ex.execute, job)
+            except Exception as exc:
+                # The database or the worker failed, not the derivation: the job is
+                # retried (never dropped), and its cursor row is not touched.
+                infra_failures += 1
+                log.exception("job %s attempt %d failed in the worker", job.job_id, job.attempt)
+                with contextlib.suppress(Exception):
+                    ex.reset()
+                await asyncio.sleep(min(30.0, 0.5 * 2 ** infra_failures))
+                continue
+            rt.counters.runs += 1
+            if rt.on_run is not None:
+                rt.on_run(result)
+            if result.outcome == "failed" and result.retry_in is not None:
+                await asyncio.sleep(result.retry_in)
+                job = replace(job, attempt=job.attempt + 1)
+                continue
+            break
+    finally:
+        assert rt._executors is not None
+        rt._executors.put_nowait(ex)
+
+
+def monotonic() -> float:
+    return time.monotonic()

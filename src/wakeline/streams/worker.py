@@ -1,0 +1,67 @@
+"""Run a Wakeline worker process: Faust agents for some roles, optionally the relay.
+
+``run_worker`` blocks until the worker is stopped (SIGINT/SIGTERM), then stops
+the relay and closes every resource.  Several processes with the same app id
+share the partitions of each agent's topics (a consumer group per agent).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import faust
+
+from wakeline.cdc.relay import Relay
+from wakeline.streams.app import Runtime, build_app
+
+log = logging.getLogger("wakeline.worker")
+
+
+def ensure_topics(rt: Runtime) -> None:
+    """Create the engine's topics with the topology's partition counts (idempotent)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topo = rt.topology
+    admin = AdminClient({"bootstrap.servers": rt.bootstrap})
+    specs = [topo.topics.changes, topo.topics.stimuli, topo.topics.derive, topo.topics.dead_letter]
+    futures = admin.create_topics([NewTopic(t.name, t.partitions, 1) for t in specs])
+    for fut in futures.values():
+        try:
+            fut.result(timeout=30)
+        except Exception as exc:  # an existing topic is fine
+            if "TOPIC_ALREADY_EXISTS" not in str(exc) and "already exists" not in str(exc):
+                raise
+
+
+def start_relay(rt: Runtime, stop: threading.Event) -> tuple[Relay, threading.Thread]:
+    topo = rt.topology
+    relay = Relay(rt.dsn, rt.bootstrap, topic=topo.topics.changes.name, slot=topo.cdc.slot,
+                  publication=topo.cdc.publication, partitions=topo.topics.changes.partitions,
+                  snapshot="initial").start()
+    thread = threading.Thread(target=relay.run_forever, args=(stop,), name="relay", daemon=True)
+    thread.start()
+    return relay, thread
+
+
+def run_worker(rt: Runtime, *, relay: bool = False, loglevel: str = "warn",
+               on_started: Callable[[faust.App], Any] | None = None) -> None:
+    ensure_topics(rt)
+    app = build_app(rt)
+    stop = threading.Event()
+    relay_parts = start_relay(rt, stop) if relay else None
+    if on_started is not None:
+        @app.task
+        async def _started() -> None:
+            on_started(app)
+    worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    try:
+        worker.execute_from_commandline()
+    finally:
+        stop.set()
+        if relay_parts is not None:
+            relay_parts[1].join(10)
+            relay_parts[0].close()
+        rt.close()

@@ -1,0 +1,172 @@
+"""End to end on the embedded stack: PostgreSQL → relay → Tansu → Faust agents →
+derive workers → PostgreSQL, with real short durations."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from tests.fixtures.streaming import make_stack
+from tests.unit.core.helpers import catalog_dir, derivation
+from wakeline.streams import stimuli
+from wakeline.streams.keys import entity_key
+
+pytestmark = pytest.mark.integration
+
+SLOW = "import time\n\ndef slow(ctx):\n    time.sleep(1.5)\n    return []\n"
+
+
+def stream_catalog(tmp: Path) -> Path:
+    root = catalog_dir(tmp, {
+        "w": derivation("w", "write: {where: {priority: {gte: 5}}}", function="simfuncs:count",
+                        emits="[out]"),
+        "acc": derivation("acc", "accumulator: {metric: importance, threshold: 10}"),
+        "ce": derivation("ce", "census: {collections: [relations], types: [contradiction], "
+                               "threshold: 2}", source="collections: [main]"),
+        "ch": derivation("ch", "changed: {keys: [role]}", source="collections: [profiles]"),
+        "rt": derivation("rt", "retraction: {}", source="collections: [profiles]"),
+        "qu": derivation("qu", "quiet: {types: [observation], after_s: 1}",
+                         source="collections: [main]"),
+        "at": derivation("at", "at: {collections: [calendar], field: starts_at}",
+                         source="collections: [calendar]", mode="current"),
+        "cr": derivation("cr", "cron: {expr: '* * * * *', entities: dirty}",
+                         source="collections: [relations]\n  types: [support]"),
+        "rd": derivation("rd", "read: true", source="collections: [relations]"),
+        "tri": derivation("tri", "write: {types: [chat], where: {priority: {eq: 42}}}\n"
+                                 "accumulator: {metric: importance, threshold: 1}",
+                          source="collections: [main]"),
+        "slow": derivation("slow", "write: {}", function="slowfn:slow",
+                           source="collections: [out]"),
+        "cool": derivation("cool", "write: {}\ncooldown_s: 30",
+                           source="collections: [outk]"),
+    }, triggers={"tri.boot": "name: tri.boot\nprocessor: tri\nlifecycle: {first_record: true}\n"})
+    (root / "slowfn.py").write_text(SLOW)
+    return root
+
+
+@pytest.fixture(scope="module")
+def stack(pg_server, tansu_broker, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("stream")
+    st = make_stack(pg_server, tmp, tansu_broker.bootstrap, stream_catalog(tmp))
+    worker = st.worker(relay=True)
+    worker.wait_for("conditions ready", timeout=90)
+    yield st
+    st.stop()
+    st.store.close()
+
+
+def send_stimulus(st, entity: str, kind: str, **fields) -> None:
+    topo = json.loads(json.dumps(__import__("yaml").safe_load(st.topology.read_text())))
+    p = Producer({"bootstrap.servers": st.bootstrap, "partitioner": "murmur2_random"})
+    p.produce(topo["topics"]["stimuli"]["name"], key=entity_key("default", entity),
+              value=stimuli.encode(kind, **fields))
+    assert p.flush(10) == 0
+
+
+def reasons_of(runs):
+    return [r["trigger_reasons"] for r in runs]
+
+
+def test_each_condition_kind_fires_end_to_end(stack):
+    st = stack
+    t0 = time.monotonic()
+    st.write("e:cron", "relations", type="support", content={"topic": "t"})   # cron: dirty
+    st.write("e:write", type="chat", content={"priority": 7})
+    for _ in range(2):
+        st.write("e:acc", type="chat", content={"priority": 1}, scores={"importance": 6})
+    st.write("e:census", "relations", type="contradiction", content={"topic": "a"})
+    st.write("e:census", "relations", type="contradiction", content={"topic": "b"})
+    st.write("e:census", type="chat", content={})
+    st.write("e:ch", "profiles", key="role", content={"value": "engineer"})
+    st.write("e:ch", "profiles", key="role", content={"value": "engineer"})  # identical
+    st.write("e:rt", "profiles", key="role", content={"value": "x"})
+    st.store.retract("default", "e:rt", "profiles", "role")
+    st.write("e:quiet", type="observation", content={})
+    soon = (datetime.now(UTC) + timedelta(seconds=3)).isoformat()
+    st.write("e:at", "calendar", key="standup", content={"starts_at": soon})
+    st.write("e:read", "relations", type="support", content={})
+    send_stimulus(st, "e:read", "read", max_staleness=0)  # never ran: stale
+
+    def one(derivation, entity, timeout=30):
+        runs = st.wait_runs(1, timeout=timeout, derivation=derivation, entity=entity)
+        assert runs, f"{derivation} never ran for {entity}:\n" + "\n".join(
+            st.workers[0].lines[-40:]) + f"\n{st.query('SELECT * FROM cron_buckets')}"
+        return runs
+
+    assert reasons_of(one("w", "e:write")) == [["trigger:w.default:write"]]
+    assert reasons_of(one("acc", "e:acc")) == [["trigger:acc.default:threshold"]]
+    assert reasons_of(one("ce", "e:census")) == [["trigger:ce.default:census"]]
+    ch = one("ch", "e:ch")
+    time.sleep(1)
+    assert reasons_of(st.runs("ch", "e:ch")) == [["trigger:ch.default:changed"]], \
+        "the identical rewrite does not fire"
+    assert ["trigger:rt.default:retraction"] in reasons_of(one("rt", "e:rt"))
+    quiet = one("qu", "e:quiet")
+    assert reasons_of(quiet) == [["trigger:qu.default:quiet"]]
+    at = one("at", "e:at")
+    assert reasons_of(at) == [["trigger:at.default:at"]]
+    assert at[0]["finished_at"] >= datetime.fromisoformat(soon)
+    assert reasons_of(one("rd", "e:read")) == [["trigger:rd.default:read"]]
+    lifecycle = one("tri", "e:write")
+    assert "trigger:tri.boot:lifecycle" in lifecycle[0]["trigger_reasons"]
+    cron = one("cr", "e:cron", timeout=max(5, 70 - (time.monotonic() - t0)))
+    assert reasons_of(cron) == [["trigger:cr.default:cron"]]
+    assert ch[0]["outcome"] == "succeeded"
+
+
+def test_three_triggers_firing_together_make_one_run(stack):
+    st = stack
+    st.write("e:tri", type="chat", content={"priority": 42}, scores={"importance": 5})
+    runs = st.wait_runs(1, derivation="tri", entity="e:tri")
+    time.sleep(1.0)
+    runs = st.runs("tri", "e:tri")
+    assert reasons_of(runs) == [["trigger:tri.boot:lifecycle", "trigger:tri.default:threshold",
+                                 "trigger:tri.default:write"]]
+
+
+def test_records_arriving_during_a_run_make_exactly_one_successor(stack):
+    st = stack
+    st.write("e:slow", "out", type="x", content={"n": 1})
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:   # wait until the slow run is running
+        if st.query("SELECT 1 FROM jobs WHERE derivation = 'slow' AND entity = 'e:slow' "
+                    "AND state = 'running'"):
+            break
+        time.sleep(0.05)
+    for i in range(5):
+        st.write("e:slow", "out", type="x", content={"n": i})
+    runs = st.wait_runs(2, derivation="slow", entity="e:slow")
+    time.sleep(3)
+    runs = st.runs("slow", "e:slow")
+    assert [r["records_consumed"] for r in runs] == [1, 5], runs
+
+
+def test_cooldown_holds_and_a_manual_run_bypasses_it(stack):
+    st = stack
+    st.write("e:cool", "outk", key="a", content={"n": 1})
+    st.wait_runs(1, derivation="cool", entity="e:cool")
+    st.write("e:cool", "outk", key="a", content={"n": 2})
+    time.sleep(2)
+    assert len(st.runs("cool", "e:cool")) == 1, "cooling for 30 s"
+    cooldown = st.query("SELECT reason FROM outcomes WHERE derivation = 'cool' "
+                        "AND entity = 'e:cool' AND kind = 'cooldown'")
+    assert cooldown and cooldown[0][0].startswith("cooling until")
+    send_stimulus(st, "e:cool", "manual", derivation="cool")
+    runs = st.wait_runs(2, derivation="cool", entity="e:cool", timeout=20)
+    assert reasons_of(runs)[1] == ["manual", "trigger:cool.default:write"]
+
+
+def test_malformed_change_goes_to_dead_letter_and_the_stream_goes_on(stack):
+    st = stack
+    topo = __import__("yaml").safe_load(st.topology.read_text())
+    p = Producer({"bootstrap.servers": st.bootstrap, "partitioner": "murmur2_random"})
+    p.produce(topo["topics"]["changes"]["name"], key=entity_key("default", "e:dlq"),
+              value=b"{not json")
+    assert p.flush(10) == 0
+    st.write("e:dlq", type="chat", content={"priority": 9})
+    assert st.wait_runs(1, derivation="w", entity="e:dlq")
