@@ -15,7 +15,7 @@ $(BIN)/.wakeline-installed: pyproject.toml
 install: $(BIN)/.wakeline-installed
 
 up: install
-	$(BIN)/wakeline up
+	$(BIN)/wakeline up $(UP_ARGS)
 
 test: install
 	$(BIN)/wakeline services fetch

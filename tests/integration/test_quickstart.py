@@ -40,15 +40,24 @@ def test_make_up_runs_the_main_job_on_the_embedded_default() -> None:
     tmp_path.chmod(0o755)
     env = {**os.environ, "WAKELINE_HOME": str(tmp_path / "home"),
            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    proc = subprocess.run(["make", "-s", "up"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(["make", "-s", "up", "UP_ARGS=--duration 30"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
-    assert "schema v" in out and "Tansu" in out
-    assert "wakeline.changes[4]" in out
+    assert "schema v" in out and "Tansu" in out and "ready: relay, conditions" in out
     for trigger in ("profile.default", "profile.nightly", "reflection.default",
                     "session_summary.default", "reminders.default", "skills.default"):
         assert trigger in out
+    runs = [line for line in out.splitlines() if "  run   " in line]
+    assert any("reasons trigger:profile.bootstrap:lifecycle" in r for r in runs), out
+    assert any("reasons trigger:reflection.default:threshold" in r for r in runs), out
+    assert any("reasons trigger:reminders.default:at" in r for r in runs), out
+    assert "stopped; run `make up` again to resume" in out
+    # running it again resumes: the bootstrap never runs twice for an entity
+    again = subprocess.run(["make", "-s", "up", "UP_ARGS=--duration 12 --no-feeder"], cwd=ROOT,
+                           env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "profile.bootstrap:lifecycle" not in again.stdout, again.stdout
     # every service it started is gone again
     leftovers = subprocess.run(["pgrep", "-f", str(tmp_path / "home")], capture_output=True,
                                text=True)

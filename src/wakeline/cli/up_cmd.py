@@ -1,113 +1,131 @@
 """``wakeline up``: the main job on the embedded default.
 
-Starts embedded PostgreSQL (data kept under ``.wakeline/embedded``) and the Tansu
-broker, applies the schema, compiles the catalog, creates the topology's topics
-and prints the normalized triggers.  Later issues grow this into the whole
-pipeline (relay, agents, derive workers, a demo feeder).
+Embedded PostgreSQL (data kept under ``.wakeline/embedded``), the Tansu broker
+(memory only), the built-in relay, every worker role in this process, the
+example catalog and a demo feeder.  It prints each run with its reasons and
+each notable outcome as it happens, and stops cleanly on Ctrl-C.  Running it
+again resumes where it stopped: PostgreSQL kept the truth, and the memory-only
+broker is rebuilt from a PostgreSQL snapshot (the relay's slot is recreated
+with an initial snapshot, cursors before records).
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
+import threading
 import time
 from pathlib import Path
+from typing import Any
+
+import psycopg
 
 from wakeline.catalog import compile_catalog
-from wakeline.services import PostgresServer, TansuBroker
+from wakeline.core.outcomes import Outcome
+from wakeline.derive import RunResult
+from wakeline.services import PostgresServer, TansuBroker, dsn_with_database
 from wakeline.services.paths import wakeline_home
 from wakeline.store import current_version, migrate
 from wakeline.topology import load_topology
 
+#: Outcomes worth a line on the console (the rest are in the outcomes table).
+NOTABLE = {"cooldown", "debounce", "pending_unready", "unready_stalled", "dead", "failed",
+           "missed_cron", "paused", "noop"}
 
-def _describe(cond: dict) -> str:
-    kind = cond["kind"]
-    parts = []
-    for key in ("metric", "threshold", "comparison", "after_s", "max_wait_s", "field",
-                "offset_s", "expr", "entities", "keys", "transitions", "first_record",
-                "total_records", "window"):
-        if key in cond and cond[key] not in (None, False, ()):
-            value = cond[key]
-            if key == "field" and isinstance(value, dict):
-                value = value["name"]
-            if key == "metric" and isinstance(value, dict):
-                value = value.get("scorer") or value.get("path") or value.get("kind")
-                value = f"{cond['metric']['aggregate']}({value})"
-            parts.append(f"{key}={value}")
-    scope = cond.get("scope")
-    if scope:
-        parts.insert(0, "scope=" + ",".join(c["collection"] for c in scope["collections"]))
-    return f"{kind}({', '.join(parts)})"
+
+def _ensure_db(server_dsn: str) -> str:
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = 'wakeline'").fetchone() is None:
+            conn.execute("CREATE DATABASE wakeline")
+    return dsn_with_database(server_dsn, "wakeline")
+
+
+def _drop_slot(dsn: str, slot: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                     "WHERE slot_name = %s AND NOT active", (slot,))
+
+
+def _printer(started: float) -> tuple[Any, Any]:
+    lock = threading.Lock()
+
+    def stamp() -> str:
+        return f"{time.monotonic() - started:7.1f}s"
+
+    def on_run(r: RunResult) -> None:
+        if r.outcome == "duplicate":
+            return
+        _, derivation, entity, _ = (r.job_id.split("/") + ["", "", "", ""])[:4]
+        with lock:
+            print(f"{stamp()}  run   {derivation:20} {entity:12} {r.outcome:9} "
+                  f"watermark {r.watermark_before}->{r.watermark_after} "
+                  f"consumed {r.records_consumed}  reasons {','.join(r.reasons)}"
+                  + (f"  error {r.error_kind}: {r.error}" if r.error else ""), flush=True)
+
+    seen: set[tuple[str | None, str, str, str]] = set()
+
+    def on_outcome(o: Outcome) -> None:
+        if str(o.kind) not in NOTABLE:
+            return
+        key = (o.derivation, o.entity, str(o.kind), o.reason)
+        with lock:
+            if key in seen:  # a condition still cooling says so once, not per record
+                return
+            seen.add(key)
+            print(f"{stamp()}  skip  {o.derivation or '':20} {o.entity:12} {o.kind}: {o.reason}",
+                  flush=True)
+
+    return on_run, on_outcome
 
 
 def run(args: argparse.Namespace) -> int:
+    from wakeline.streams.app import Runtime
+    from wakeline.streams.demo import DemoFeeder
+    from wakeline.streams.worker import run_worker
+
     topo = load_topology(args.topology)
-    catalog_dir = args.catalog or topo.catalog
+    catalog = compile_catalog(args.catalog or topo.catalog)
     started = time.monotonic()
     home = wakeline_home() / "embedded"
     pg = PostgresServer(base_dir=home / "postgres", data_dir=home / "postgres" / "data")
     broker = TansuBroker(base_dir=home / "tansu", ephemeral=True)
+    feeder: DemoFeeder | None = None
     try:
-        pg.start()
-        broker.start()
-        pg.wait_ready(timeout=args.timeout)
-        broker.wait_ready(timeout=args.timeout)
-        dsn = pg.create_database("wakeline") if not _has_db(pg.dsn) else _db_dsn(pg.dsn)
+        pg.up(args.timeout)
+        broker.up(args.timeout)
+        dsn = _ensure_db(pg.dsn)
         applied = migrate(dsn)
+        _drop_slot(dsn, topo.cdc.slot)  # the broker is new: snapshot PostgreSQL into it
         print(f"postgres  {dsn}  (schema v{current_version(dsn)}, {len(applied)} applied now)")
         print(f"broker    {broker.bootstrap}  (Tansu, memory storage)")
-        _create_topics(broker.bootstrap, topo)
-        catalog = compile_catalog(catalog_dir)
-        data = catalog.to_dict()
-        print(f"catalog   {Path(catalog_dir).resolve()}  {catalog.hash[:19]}  "
-              f"{len(catalog.collections)} collections, {len(catalog.derivations)} derivations, "
-              f"{len(catalog.triggers)} triggers")
-        print()
-        for name, trig in data["triggers"].items():
-            print(f"  {name:28} -> {trig['derivation']:22} {trig['hash'][:19]}")
-            for cond in trig["conditions"]:
-                print(f"      {_describe(cond)}")
-            pacing = {k: trig[k] for k in ("cooldown_s", "debounce_s", "max_wait_s") if trig.get(k)}
-            if pacing:
-                print(f"      pacing {pacing}")
-        print(f"\nready in {time.monotonic() - started:.1f}s")
-        if args.keep:
-            print("services keep running; Ctrl-C stops them")
-            while True:
-                time.sleep(3600)
+        print(f"catalog   {Path(args.catalog or topo.catalog).resolve()}  {catalog.hash[:19]}  "
+              f"{len(catalog.triggers)} triggers: {', '.join(sorted(catalog.triggers))}")
+        on_run, on_outcome = _printer(started)
+        rt = Runtime(topo, catalog, dsn, broker.bootstrap, on_run=on_run,
+                     on_outcome=on_outcome)
+        if not args.no_feeder:
+            feeder = DemoFeeder(dsn, catalog, seed=args.seed)
+
+        def on_started(app: Any) -> None:
+            print(f"{time.monotonic() - started:7.1f}s  ready: relay, conditions, derive, "
+                  "cron running — Ctrl-C stops", flush=True)
+            if feeder is not None:
+                feeder.start()
+            if args.duration:
+                threading.Timer(args.duration, lambda: signal.raise_signal(signal.SIGINT)).start()
+
+        run_worker(rt, relay=True, on_started=on_started)
+    except SystemExit as exc:  # the Faust worker exits through sys.exit
+        if exc.code not in (0, None):
+            raise
     finally:
+        if feeder is not None:
+            feeder.stop()
+            print(f"feeder wrote {feeder.written} records", flush=True)
         broker.stop()
         pg.stop()
+        print("stopped; run `make up` again to resume", flush=True)
     return 0
-
-
-def _db_dsn(server_dsn: str) -> str:
-    from wakeline.services import dsn_with_database
-
-    return dsn_with_database(server_dsn, "wakeline")
-
-
-def _has_db(server_dsn: str) -> bool:
-    import psycopg
-
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        return conn.execute("SELECT 1 FROM pg_database WHERE datname = 'wakeline'").fetchone() \
-            is not None
-
-
-def _create_topics(bootstrap: str, topo) -> None:  # type: ignore[no-untyped-def]
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    specs = [topo.topics.changes, topo.topics.stimuli, topo.topics.derive, topo.topics.dead_letter]
-    futures = admin.create_topics([NewTopic(t.name, t.partitions, 1) for t in specs])
-    for name, fut in futures.items():
-        try:
-            fut.result(timeout=15)
-        except Exception as exc:  # an existing topic is fine
-            if "TOPIC_ALREADY_EXISTS" not in str(exc):
-                raise
-    listed = admin.list_topics(timeout=10).topics
-    print("topics    " + ", ".join(f"{t.name}[{len(listed[t.name].partitions)}]" for t in specs))
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -115,5 +133,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--topology", default="topologies/embedded.yaml")
     p.add_argument("--catalog", default=None, help="catalog directory (default: the topology's)")
     p.add_argument("--timeout", type=float, default=60.0)
-    p.add_argument("--keep", action="store_true", help="keep the services running until Ctrl-C")
+    p.add_argument("--duration", type=float, default=None,
+                   help="stop by itself after this many seconds (default: run until Ctrl-C)")
+    p.add_argument("--no-feeder", action="store_true", help="do not write demo records")
+    p.add_argument("--seed", type=int, default=1)
     p.set_defaults(func=run)

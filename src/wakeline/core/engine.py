@@ -327,7 +327,9 @@ class Engine:
         coalesced = q is not None
         if q is None:
             ds.jobs_made += 1
-            q = ds.queued = Job(f"{st.workspace}/{d.name}/{st.entity}/{ds.jobs_made}", {}, now)
+            # The instant keeps ids unique when state is rebuilt after a restart.
+            q = ds.queued = Job(f"{st.workspace}/{d.name}/{st.entity}/"
+                                f"{int(now * 1000):x}.{ds.jobs_made}", {}, now)
         if reason in q.reasons and (external or reason.endswith(_EXTERNAL)):
             q.reasons[reason] = min(q.reasons[reason], r)
         else:

@@ -84,6 +84,7 @@ class RunResult:
     emitted: list[int] = field(default_factory=list)
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    reasons: tuple[str, ...] = ()
 
 
 _REC_COLUMNS = ("seq, collection, collection_version, type, status, key, content, text, "
@@ -131,6 +132,11 @@ class DeriveExecutor:
     # -- the job --------------------------------------------------------------------
 
     def execute(self, job: JobSpec) -> RunResult:
+        result = self._execute(job)
+        result.reasons = tuple(sorted(job.reasons))
+        return result
+
+    def _execute(self, job: JobSpec) -> RunResult:
         d = self.plan.derivations[job.derivation]
         started = self.clock.now()
         if not self._claim(job, started):

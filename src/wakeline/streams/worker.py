@@ -40,7 +40,10 @@ def start_relay(rt: Runtime, stop: threading.Event) -> tuple[Relay, threading.Th
     topo = rt.topology
     relay = Relay(rt.dsn, rt.bootstrap, topic=topo.topics.changes.name, slot=topo.cdc.slot,
                   publication=topo.cdc.publication, partitions=topo.topics.changes.partitions,
-                  snapshot="initial").start()
+                  snapshot="initial",
+                  # Cursors before records: a rebuilt entity knows its watermarks
+                  # before it sees the rows, so consumed history never re-fires.
+                  tables=("derivation_cursors", "records")).start()
     thread = threading.Thread(target=relay.run_forever, args=(stop,), name="relay", daemon=True)
     thread.start()
     return relay, thread
