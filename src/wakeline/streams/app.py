@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -37,7 +37,7 @@ from wakeline.derive import DeriveExecutor, JobSpec, RunResult
 from wakeline.streams import stimuli
 from wakeline.streams.changes import decode_change
 from wakeline.streams.cron import CronScheduler
-from wakeline.streams.keys import entity_key, parse_key
+from wakeline.streams.keys import entity_key, parse_key, split_state_key, state_key
 from wakeline.streams.sinks import OutcomeWriter
 from wakeline.streams.timers import TimerIndex
 from wakeline.topology import Topology
@@ -148,7 +148,7 @@ def build_app(rt: Runtime) -> faust.App:
                                      partitions=topo.topics.dead_letter.partitions, **raw)
     state = app.Table("wakeline-entity-state", default=None,
                       partitions=topo.topics.changes.partitions,
-                      schema=faust.Schema(key_serializer="raw", value_serializer="json"))
+                      key_type=str, value_type=bytes)
     app.wakeline = rt  # type: ignore[attr-defined]
 
     if "conditions" in rt.roles:
@@ -169,12 +169,13 @@ def build_app(rt: Runtime) -> faust.App:
             assigned = {tp.partition for tp in app.assignor.assigned_actives()
                         if tp.topic == topo.topics.changes.name}
             n = 0
-            for key, data in state.items():
-                if data is None:
+            for skey, data in state.items():
+                if not data:
                     continue
+                key = entity_key(*split_state_key(skey))
                 p = rt.partition_of(key)
                 if p in assigned:
-                    st = EntityState.from_dict(data)
+                    st = load_state(data)
                     rt.timers.set(p, key, rt.engine.next_wakeup(st))
                     n += 1
             log.info("time index rebuilt: %d entities, %d due entries", n, len(rt.timers))
@@ -238,8 +239,9 @@ async def _handle(rt: Runtime, state: Any, derive_topic: Any, event: Any) -> Non
         await _dead_letter(rt, event, "message key is not {workspace, entity}")
         return
     rt.counters.events += 1
-    data = state.get(key)
-    st = EntityState.from_dict(data) if data else EntityState(ident[0], ident[1])
+    skey = state_key(*ident)
+    data = state.get(skey)
+    st = load_state(data) if data else EntityState(ident[0], ident[1])
     now = rt.clock.now().timestamp()
     dispatched: list[Dispatch] = []
     outcomes: list[Outcome] = []
@@ -250,7 +252,7 @@ async def _handle(rt: Runtime, state: Any, derive_topic: Any, event: Any) -> Non
             rt.counters.duplicates += 1
         dispatched.extend(step.dispatched)
         outcomes.extend(step.outcomes)
-    state[key] = st.to_dict()
+    state[skey] = dump_state(st)
     rt.timers.set(msg.partition, key, rt.engine.next_wakeup(st))
     for d in dispatched:
         rt.counters.dispatched += 1
@@ -298,5 +300,11 @@ async def _run_job(rt: Runtime, job: JobSpec) -> None:
         rt._executors.put_nowait(ex)
 
 
-def monotonic() -> float:
-    return time.monotonic()
+def dump_state(st: EntityState) -> bytes:
+    # The table stores raw bytes: Faust's model codecs would need a Record class,
+    # and compact JSON keeps the changelog small.
+    return json.dumps(st.to_dict(), separators=(",", ":")).encode()
+
+
+def load_state(data: bytes) -> EntityState:
+    return EntityState.from_dict(json.loads(data))

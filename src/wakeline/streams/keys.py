@@ -23,3 +23,17 @@ def parse_key(raw: bytes | str | None) -> tuple[str, str] | None:
         return str(data["workspace"]), str(data["entity"])
     except (ValueError, KeyError, TypeError):
         return None
+
+
+_SEP = "\x1f"
+
+
+def state_key(workspace: str, entity: str) -> str:
+    """The state table's key.  Not JSON: Faust's changelog recovery must not decode
+    it into a dict (it would be unhashable)."""
+    return f"{workspace}{_SEP}{entity}"
+
+
+def split_state_key(key: str) -> tuple[str, str]:
+    workspace, _, entity = key.partition(_SEP)
+    return workspace, entity
