@@ -18,6 +18,16 @@ from wakeline.streams.keys import entity_key
 
 pytestmark = pytest.mark.integration
 
+ENRICH = """
+def imp(record):
+    if record["content"].get("explode"):
+        raise RuntimeError("the scoring model is down")
+    return 7.0
+
+def mood(record):
+    return {"valence": -0.5, "label": "sad"}
+"""
+
 SLOW = "import time\n\ndef slow(ctx):\n    time.sleep(1.5)\n    return []\n"
 
 
@@ -46,6 +56,11 @@ def stream_catalog(tmp: Path) -> Path:
                            source="collections: [outk]"),
     }, triggers={"tri.boot": "name: tri.boot\nprocessor: tri\nlifecycle: {first_record: true}\n"})
     (root / "slowfn.py").write_text(SLOW)
+    main = (root / "collections" / "main.yaml").read_text()
+    (root / "collections" / "main.yaml").write_text(main.replace(
+        "scorers: [importance]",
+        "scorers: [importance]\nenrichers: {importance: enrichfns:imp, mood_v1: enrichfns:mood}"))
+    (root / "enrichfns.py").write_text(ENRICH)
     return root
 
 
@@ -170,3 +185,31 @@ def test_malformed_change_goes_to_dead_letter_and_the_stream_goes_on(stack):
     assert p.flush(10) == 0
     st.write("e:dlq", type="chat", content={"priority": 9})
     assert st.wait_runs(1, derivation="w", entity="e:dlq")
+
+
+def test_readiness_agent_enriches_unready_records_in_one_update(stack):
+    st = stack
+    seq = st.write("e:enrich", type="chat", content={"priority": 7}, ready=False)
+    runs = st.wait_runs(1, derivation="w", entity="e:enrich", timeout=30)
+    assert reasons_of(runs) == [["trigger:w.default:write"]], "\n".join(st.workers[0].lines[-30:])
+    [(scores, annotations, ready)] = st.query(
+        "SELECT scores, annotations, enriched_at IS NOT NULL FROM records WHERE seq = %s", seq)
+    assert ready and scores == {"importance": 7.0}
+    assert annotations == {"mood_v1": {"valence": -0.5, "label": "sad"}}
+    st.write("e:enrich", type="chat", content={"priority": 1}, ready=False)
+    acc = st.wait_runs(1, derivation="acc", entity="e:enrich", timeout=30)
+    assert reasons_of(acc) == [["trigger:acc.default:threshold"]], "7 + 7 >= 10 once both are ready"
+
+
+def test_failing_enricher_is_a_recorded_outcome(stack):
+    st = stack
+    seq = st.write("e:broken", type="chat", content={"explode": True}, ready=False)
+    deadline = time.monotonic() + 30
+    rows = []
+    while time.monotonic() < deadline and not rows:
+        rows = st.query("SELECT reason, detail FROM outcomes WHERE entity = 'e:broken' "
+                        "AND kind = 'enrichment_failed'")
+        time.sleep(0.2)
+    assert rows and "the scoring model is down" in rows[0][0]
+    assert rows[0][1]["seq"] == seq
+    assert st.query("SELECT enriched_at FROM records WHERE seq = %s", seq) == [(None,)]

@@ -103,6 +103,7 @@ class CollectionCompiler:
                 "set `keyed: true` or remove `keys:`",
             )
         scorers = self._scorers(f, m)
+        self._enrichers(f, m, scorers, annotators)
         if self.rep.count() > before:
             self.colls.broken.add(m.name)
             return
@@ -110,9 +111,26 @@ class CollectionCompiler:
             name=m.name, keyed=m.keyed, active_version=active,
             versions=tuple(sorted(versions, key=lambda v: v.version)),
             types=dedupe_sorted(m.types), keys=dedupe_sorted(m.keys), scorers=scorers,
-            annotators=annotators, file=f, description=m.description,
+            annotators=annotators, enrichers=dict(sorted(m.enrichers.items())), file=f,
+            description=m.description,
         )
         self.colls.by_name[m.name] = coll.model_copy(update={"hash": semantic_hash(coll)})
+
+    def _enrichers(self, f: str, m: CollectionDoc, scorers: tuple[str, ...],
+                   annotators: dict[str, AnnotatorDef]) -> None:
+        from wakeline.catalog._functions import FUNCTION_RE
+
+        for name, ref in m.enrichers.items():
+            path = join("enrichers", name)
+            if name not in scorers and name not in annotators:
+                known = ", ".join(sorted({*scorers, *annotators})) or "none"
+                self.rep.add("enricher.unknown", f, path,
+                             f"{name!r} is neither a scorer nor an annotator of {m.name} "
+                             f"(declared: {known}); declare it or fix the name")
+            if not FUNCTION_RE.match(ref):
+                self.rep.add("function.invalid", f, path,
+                             f"enricher {ref!r} is not 'module:function'; write e.g. "
+                             "'agent_memory.enrich:importance'")
 
     def _scorers(self, f: str, m: CollectionDoc) -> tuple[str, ...]:
         for i, s in enumerate(m.scorers):

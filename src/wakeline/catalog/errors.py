@@ -42,6 +42,7 @@ Issue codes (stable; tests and tooling match on them)::
       field.unknown_leaf         a field names an annotation leaf the annotator does not declare
       field.annotation_mismatch  a field's declared type differs from its annotation leaf's type
       function.invalid           ``function`` is not ``module:function``
+      enricher.unknown           an ``enrichers:`` key is neither a scorer nor an annotator
       function.unresolved        (with ``resolve_functions=True``) the callable cannot be imported
       trigger.unknown_derivation a standalone trigger names a derivation no file declares
       trigger.processor          a standalone trigger gives none, or more than one, of

@@ -118,6 +118,8 @@ class Collection(Norm):
     keys: tuple[str, ...] | None = None
     scorers: tuple[str, ...] = ()
     annotators: dict[str, AnnotatorDef] = Field(default_factory=dict)
+    #: scorer / annotator name → "module:function" (the readiness agent runs them).
+    enrichers: dict[str, str] = Field(default_factory=dict)
     hash: str = ""
     file: str = ""
     description: str | None = None

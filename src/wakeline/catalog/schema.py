@@ -116,6 +116,9 @@ class CollectionDoc(Doc):
     keys: list[str] | None = None
     scorers: list[str] = Field(default_factory=list)
     annotators: list[AnnotatorSpec] = Field(default_factory=list)
+    #: scorer or annotator name → "module:function" that computes it from a record
+    #: (run by the readiness agent before the record becomes ready).
+    enrichers: dict[str, str] = Field(default_factory=dict)
     description: str | None = None
 
 

@@ -9,7 +9,7 @@ from wakeline.catalog import compile_catalog
 from wakeline.errors import ConfigError
 from wakeline.topology import load_topology
 
-ROLE_CHOICES = ("all", "conditions", "derive", "cron")
+ROLE_CHOICES = ("all", "readiness", "conditions", "derive", "cron")
 
 
 def _addresses(args: argparse.Namespace, topo) -> tuple[str, str]:  # type: ignore[no-untyped-def]

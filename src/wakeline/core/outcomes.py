@@ -32,6 +32,7 @@ class OutcomeKind(StrEnum):
     MISSED_CRON = "missed_cron"
     DUPLICATE_CRON = "duplicate_cron"
     PAUSED = "paused"
+    ENRICHMENT_FAILED = "enrichment_failed"
     NOOP = "noop"
     FAILED = "failed"
     DEAD = "dead"

@@ -44,7 +44,7 @@ from wakeline.topology import Topology
 
 log = logging.getLogger("wakeline.streams")
 
-ROLES = ("conditions", "derive", "cron")
+ROLES = ("readiness", "conditions", "derive", "cron")
 
 
 @dataclass
@@ -83,6 +83,7 @@ class Runtime:
         self.partitions = self.topology.topics.changes.partitions
         self._outcomes: OutcomeWriter | None = None
         self._executors: asyncio.Queue[DeriveExecutor] | None = None
+        self._enricher: Any = None
         self._pool = ThreadPoolExecutor(max_workers=max(1, self.derive_concurrency),
                                         thread_name_prefix="derive")
 
@@ -107,6 +108,14 @@ class Runtime:
                 self._executors.put_nowait(DeriveExecutor(self.catalog, self.dsn,
                                                           clock=self.clock, plan=self.plan))
         return await self._executors.get()
+
+    def enricher(self) -> Any:
+        if self._enricher is None:
+            from wakeline.store import Store
+            from wakeline.streams.readiness import Enricher
+
+            self._enricher = Enricher(self.catalog, Store.connect(self.dsn))
+        return self._enricher
 
     def partition_of(self, key: bytes) -> int:
         return (murmur2(key) & 0x7FFFFFFF) % self.partitions
@@ -188,6 +197,14 @@ def build_app(rt: Runtime) -> faust.App:
             rt.timers.drop_partitions({tp.partition for tp in revoked
                                        if tp.topic == topo.topics.changes.name})
 
+    if "readiness" in rt.roles:
+        changes_only = app.topic(topo.topics.changes.name, **raw)
+
+        @app.agent(changes_only, name="readiness")
+        async def readiness(stream: faust.StreamT) -> None:
+            async for event in stream.events():
+                await _enrich(rt, event)
+
     if "derive" in rt.roles:
 
         @app.agent(derive_topic, name="derive", concurrency=max(1, rt.derive_concurrency))
@@ -261,6 +278,27 @@ async def _handle(rt: Runtime, state: Any, derive_topic: Any, event: Any) -> Non
         await derive_topic.send(key=entity_key(d.workspace, d.entity), value=job.to_json())
     if outcomes:
         rt.outcomes.put(outcomes)
+
+
+async def _enrich(rt: Runtime, event: Any) -> None:
+    from wakeline.cdc import envelope
+    from wakeline.cdc.errors import EnvelopeError
+
+    try:
+        parsed = envelope.parse(event.value, event.key)
+    except EnvelopeError:
+        return  # the conditions agent dead-letters it
+    if not isinstance(parsed, envelope.UnreadyInsert):
+        return
+    enricher = rt.enricher()
+    rec = parsed.record
+    if not enricher.handles(rec.collection):
+        return
+    loop = asyncio.get_running_loop()
+    outcome = await loop.run_in_executor(rt._pool, enricher.enrich, parsed.workspace,
+                                         parsed.entity, rec)
+    if outcome is not None:
+        rt.outcomes.put([outcome])
 
 
 async def _dead_letter(rt: Runtime, event: Any, reason: str) -> None:

@@ -1,7 +1,7 @@
 """The demo feeder of ``wakeline up``: an agent-memory workload for the example catalog.
 
-Three users chat in bursts (some messages arrive unready and are enriched a
-moment later, as an enrichment service would), state profile facts, repeat a
+Three users chat in bursts (every message arrives unready; the readiness agent
+runs the catalog's enrichers and marks it ready), state profile facts, repeat a
 fact (a byte-identical rewrite that must not fire ``skills``), contradict
 themselves, put events in their calendar an hour and a few seconds ahead (so
 the ``at`` reminder fires while you watch) and withdraw a fact.  Deterministic
@@ -47,30 +47,16 @@ class DemoFeeder:
         return not self._stop.wait(seconds)
 
     def _chat(self, store: Store, user: str, text: str, *, kind: str = "chat",
-              extra: dict[str, Any] | None = None, unready: bool = False) -> int:
-        importance = self.rnd.randint(5, 40)
-        valence = round(self.rnd.uniform(-0.6, 0.8), 2)
+              extra: dict[str, Any] | None = None) -> int:
+        """Insert unready, as an application does: the readiness agent runs the
+        catalog's enrichers (importance, sentiment_v1) and marks it ready."""
         seq = store.insert_record(
             workspace="default", entity=user, collection="main",
             collection_version=self._main_version, type=kind,
             content={"session_id": f"{user}:s1", "speaker": "user", **(extra or {})},
-            text=text, ready=not unready,
-            scores={} if unready else {"importance": importance},
-            annotations={} if unready else {"sentiment_v1": {"valence": valence,
-                                                             "label": "ok"}})
-        if unready:  # enrichment lands a moment later
-            threading.Timer(1.5, self._enrich, args=(seq, importance, valence)).start()
+            text=text, ready=False)
         self.written += 1
         return seq
-
-    def _enrich(self, seq: int, importance: int, valence: float) -> None:
-        store = Store.connect(self.dsn)
-        try:
-            store.mark_ready([seq], scores={seq: {"importance": importance}},
-                             annotations={seq: {"sentiment_v1": {"valence": valence,
-                                                                 "label": "ok"}}})
-        finally:
-            store.close()
 
     def _run(self) -> None:
         store = Store.connect(self.dsn)
@@ -92,8 +78,7 @@ class DemoFeeder:
         for round_no in range(1_000_000):
             for user in USERS:
                 for _ in range(self.rnd.randint(1, 3)):
-                    self._chat(store, user, self.rnd.choice(LINES),
-                               unready=self.rnd.random() < 0.25)
+                    self._chat(store, user, self.rnd.choice(LINES))
                     if not self._sleep(self.pace):
                         return
             user = USERS[round_no % len(USERS)]

@@ -38,6 +38,15 @@ class Accept(NamedTuple):
 
 
 REJECT = [
+    # -- enricher.unknown / enricher function ---------------------------------------------
+    Reject("enricher-unknown-name",
+           {"collections/main.yaml": merged(MAIN, enrichers={"relevance": "mod:fn"})},
+           "enricher.unknown", "collections/main.yaml", "enrichers.relevance",
+           "declare it or fix the name"),
+    Reject("enricher-bad-function",
+           {"collections/main.yaml": merged(MAIN, enrichers={"importance": "not a function"})},
+           "function.invalid", "collections/main.yaml", "enrichers.importance",
+           "'module:function'"),
     # -- trigger.no_conditions ------------------------------------------------------------
     Reject("no-conditions-pacing-only", trig({"cooldown_s": 60}), "trigger.no_conditions", DF,
            "trigger", "add at least one of"),
@@ -389,6 +398,9 @@ REJECT = [
 ]
 
 ACCEPT = [
+    Accept("enrichers-for-scorer-and-annotator",
+           {"collections/main.yaml": merged(MAIN, enrichers={"importance": "mod:fn",
+                                                             "sentiment_v1": "mod:fn"})}),
     Accept("read-with-cooldown", trig({"read": True, "cooldown_s": 60})),
     Accept("bare-write-enables-defaults", trig({"write": None})),
     Accept("cron-valid", trig({"cron": {"expr": "0 3 * * *"}})),
