@@ -75,7 +75,9 @@ def coerce(type_: str, value: Any, *, operand: bool = False) -> Any:
                 raise Mismatch(f"{value!r} is not a finite number")
             return value
     elif type_ == "datetime":
-        return parse_datetime(value, require_tz=operand)
+        # An instant needs a zone, in operands and in records alike: a naive value
+        # is not an instant (and `at` deadlines reject it the same way).
+        return parse_datetime(value, require_tz=True)
     raise Mismatch(f"{value!r} is not {article(type_)}")
 
 

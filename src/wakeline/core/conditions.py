@@ -29,6 +29,9 @@ class Eval:
     reason: str = ""
     value: Any = None
     detail: dict[str, Any] = field(default_factory=dict)
+    #: A stimulus for the mailbox even though the condition does not hold yet
+    #: (quiet before it settles: the job waits for the settle instant).
+    stimulus: bool = False
 
 
 def _ts(t: float | None) -> str | None:
@@ -255,8 +258,9 @@ def _quiet(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, c: CondPl
         settle_at = min(settle_at, min(arrivals) + c.max_wait_s)
     detail = {"settles_at": _ts(settle_at), "records": len(hits)}
     if now < settle_at:
-        return Eval(c, True, permitted=settle_at, settle=True, kind=OutcomeKind.NOT_SETTLED,
-                    value=len(hits), reason=f"not settled until {_ts(settle_at)}", detail=detail)
+        return Eval(c, False, permitted=settle_at, settle=True, kind=OutcomeKind.NOT_SETTLED,
+                    value=len(hits), reason=f"not settled until {_ts(settle_at)}", detail=detail,
+                    stimulus=True)
     return Eval(c, True, permitted=settle_at, settle=True, detail=detail, value=len(hits),
                 reason=f"quiet since {_ts(max(arrivals))}")
 

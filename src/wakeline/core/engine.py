@@ -271,7 +271,7 @@ class Engine:
                     continue
                 ev = C.evaluate(self.plan, st, cond, now)
                 is_relevant = fact is not None and C.relevant(cond, d, fact)
-                if not ev.holds:
+                if not ev.holds and not ev.stimulus:
                     # A queued reason whose condition stopped holding (its data was
                     # consumed, its deadline moved or was cancelled) leaves the job.
                     if ds.queued and cond.reason in ds.queued.reasons:
@@ -508,7 +508,7 @@ class Engine:
             ev = C.evaluate(self.plan, st, cond, now)
             entry: dict[str, Any] = {"condition": cond.kind, "holds": ev.holds,
                                      "reason": ev.reason, "value": ev.value, **ev.detail}
-            if ev.holds:
+            if ev.holds or ev.stimulus:
                 waits = []
                 if trig.cooldown_s and ds.last_success is not None \
                         and ds.last_success + trig.cooldown_s > now:

@@ -134,10 +134,25 @@ class MetricPlan:
         if v is MISSING or v is None:
             return None
         if self.aggregate == "distinct_count":
-            return v if isinstance(v, str | int | float | bool) else json.dumps(v, sort_keys=True)
+            return distinct_token(v, numbers_only=self.kind == "scorer")
         if isinstance(v, bool) or not isinstance(v, int | float):
             return None
         return float(v)
+
+
+def distinct_token(v: Any, *, numbers_only: bool) -> str | None:
+    """A value's identity for distinct_count: typed, so true != 1, and 1 == 1.0.
+
+    Scores count only numbers; annotation leaves any JSON scalar (not arrays or
+    objects).  None when the value is not present.
+    """
+    if isinstance(v, bool):
+        return None if numbers_only else f"b:{v}"
+    if isinstance(v, int | float):
+        return f"n:{float(v)!r}"
+    if isinstance(v, str) and not numbers_only:
+        return f"s:{v}"
+    return None
 
 
 DATA_KINDS = frozenset({"write", "changed", "retraction", "accumulator", "census", "lifecycle"})
@@ -272,10 +287,10 @@ class Plan:
         for c in self._scoped:
             scope = c.scope
             assert scope is not None
-            if rec.tombstone:
-                # Tombstones carry no content: only the base scope applies here;
-                # `where` is checked on the retracted head (see docs/semantics.md).
-                if c.kind in ("changed", "retraction", "census", "at") and scope.base_match(rec):
+            if rec.tombstone and c.kind in ("changed", "retraction", "census", "at"):
+                # For transitions `where` is checked on the retracted head; census and
+                # `at` never count a tombstone as a current record (docs/semantics.md).
+                if scope.base_match(rec):
                     cond[c.cid] = True
                 continue
             if not scope.match(rec):
@@ -288,7 +303,7 @@ class Plan:
                 cond[c.cid] = True
         for c in self._accumulators:
             d_index = self.derivations[c.derivation].index
-            if d_index in drive and not rec.tombstone:
+            if d_index in drive:
                 assert c.metric is not None
                 cond[c.cid] = c.metric.value(rec)
         if not drive and not cond:

@@ -65,7 +65,7 @@ def test_explain_census_lifecycle_changed_quiet_at_paused(tmp_path):
     assert cond(sim, "ce.default")["reason"] == "census 1 < threshold 2"
     assert cond(sim, "lc.default")["reason"] == "total records 1 < 5"
     q = cond(sim, "qu.default")
-    assert q["holds"] and q["reason"] == "not settled until 2026-07-19T09:10:00Z"
+    assert not q["holds"] and q["reason"] == "not settled until 2026-07-19T09:10:00Z"
     sim.write(entity="user:mia", collection="profiles", key="role", content={"value": "a"})
     sim.write(entity="user:mia", collection="profiles", key="role", content={"value": "a"})
     ch = cond(sim, "ch.default")
