@@ -1,1 +1,1 @@
-pytest_plugins = ["tests.fixtures.services", "tests.fixtures.streaming"]
+pytest_plugins = ["tests.fixtures.services", "tests.fixtures.cdc", "tests.fixtures.streaming"]

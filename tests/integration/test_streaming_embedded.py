@@ -185,6 +185,14 @@ def test_malformed_change_goes_to_dead_letter_and_the_stream_goes_on(stack):
     assert p.flush(10) == 0
     st.write("e:dlq", type="chat", content={"priority": 9})
     assert st.wait_runs(1, derivation="w", entity="e:dlq")
+    from wakeline.cdc.dlq import read_dead_letters
+    letters = read_dead_letters(st.bootstrap, topo["topics"]["dead_letter"]["name"],
+                                timeout=20, expect=1)
+    assert [(d.value, d.code) for d in letters] == [(b"{not json", "cdc.envelope.not_json")]
+    assert letters[0].topic == topo["topics"]["changes"]["name"]
+    outcome = st.query("SELECT reason FROM outcomes WHERE kind = 'dead_letter' "
+                       "AND entity = 'e:dlq'")
+    assert outcome and outcome[0][0].startswith("cdc.envelope.not_json")
 
 
 def test_readiness_agent_enriches_unready_records_in_one_update(stack):

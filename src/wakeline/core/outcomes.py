@@ -33,6 +33,7 @@ class OutcomeKind(StrEnum):
     DUPLICATE_CRON = "duplicate_cron"
     PAUSED = "paused"
     ENRICHMENT_FAILED = "enrichment_failed"
+    DEAD_LETTER = "dead_letter"
     NOOP = "noop"
     FAILED = "failed"
     DEAD = "dead"

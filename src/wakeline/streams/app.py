@@ -241,19 +241,19 @@ async def _handle(rt: Runtime, state: Any, derive_topic: Any, event: Any) -> Non
         try:
             core_events = [stimuli.decode(event.value)]
         except stimuli.BadStimulus as exc:
-            await _dead_letter(rt, event, str(exc))
+            await _dead_letter(rt, event, exc.code, str(exc))
             return
     else:
         decoded = decode_change(key, event.value)
         if decoded.error is not None:
-            await _dead_letter(rt, event, decoded.error)
+            await _dead_letter(rt, event, decoded.code, decoded.error)
             return
         if not decoded.events:
             return
         ident = decoded.entity
         core_events = decoded.events
     if ident is None or key is None:
-        await _dead_letter(rt, event, "message key is not {workspace, entity}")
+        await _dead_letter(rt, event, "stream.bad_key", "message key is not {workspace, entity}")
         return
     rt.counters.events += 1
     skey = state_key(*ident)
@@ -301,11 +301,17 @@ async def _enrich(rt: Runtime, event: Any) -> None:
         rt.outcomes.put([outcome])
 
 
-async def _dead_letter(rt: Runtime, event: Any, reason: str) -> None:
+async def _dead_letter(rt: Runtime, event: Any, code: str, reason: str) -> None:
+    from wakeline.core.outcomes import OutcomeKind
     from wakeline.streams.changes import dead_letter
 
     rt.counters.dead_letters += 1
-    await dead_letter(rt, event, reason)
+    await dead_letter(rt, event, code, reason)
+    ident = parse_key(event.key) or ("", "")
+    rt.outcomes.put([Outcome(OutcomeKind.DEAD_LETTER, f"{code}: {reason}",
+                             rt.clock.now(), ident[0], ident[1], None, None,
+                             {"topic": event.message.topic, "partition": event.message.partition,
+                              "offset": event.message.offset})])
 
 
 async def _run_job(rt: Runtime, job: JobSpec) -> None:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from wakeline.cdc import envelope
+from wakeline.cdc.dlq import dead_letter_headers
 from wakeline.cdc.errors import EnvelopeError
 from wakeline.core.events import Event
 
@@ -16,13 +16,14 @@ class Decoded:
     entity: tuple[str, str] | None = None
     events: list[Event] = field(default_factory=list)
     error: str | None = None
+    code: str = ""
 
 
 def decode_change(key: bytes | None, value: bytes | None) -> Decoded:
     try:
         parsed = envelope.parse(value, key)
     except EnvelopeError as exc:
-        return Decoded(error=f"{exc.code}: {exc}")
+        return Decoded(error=str(exc), code=exc.code)
     if parsed is None or isinstance(parsed, envelope.TransactionMarker):
         return Decoded()
     ident = (parsed.workspace, parsed.entity)
@@ -32,14 +33,12 @@ def decode_change(key: bytes | None, value: bytes | None) -> Decoded:
     return Decoded(ident, [parsed.record_changed()])
 
 
-async def dead_letter(rt: Any, event: Any, reason: str) -> None:
-    """Send the original bytes with the reason and their coordinates; the stream goes on."""
+async def dead_letter(rt: Any, event: Any, code: str, reason: str) -> None:
+    """Send the original bytes with the reason and their coordinates (the format of
+    :mod:`wakeline.cdc.dlq`); the stream goes on."""
     msg = event.message
-    topic = rt.dead_letter_topic
-    headers = {"wakeline.reason": reason.encode(), "wakeline.topic": str(msg.topic).encode(),
-               "wakeline.partition": str(msg.partition).encode(),
-               "wakeline.offset": str(msg.offset).encode()}
-    body = json.dumps({"reason": reason, "topic": msg.topic, "partition": msg.partition,
-                       "offset": msg.offset}).encode()
-    await topic.send(key=event.key, value=event.value if event.value is not None else body,
-                     headers=headers)
+    headers = dead_letter_headers(code=code, reason=reason, value=event.value,
+                                  topic=str(msg.topic), partition=msg.partition,
+                                  offset=msg.offset)
+    await rt.dead_letter_topic.send(key=event.key, value=event.value,
+                                    headers={k: v for k, v in headers if v is not None})

@@ -1,0 +1,53 @@
+"""JSON text exactly as Kafka Connect's JsonConverter (Jackson) writes it.
+
+Compact (no spaces), characters of the Basic Multilingual Plane as raw UTF-8,
+characters beyond it (emoji, …) as escaped UTF-16 surrogate pairs
+``\\uD83D\\uDE80`` (Jackson's UTF8JsonGenerator does not combine surrogates
+by default), control characters as ``\\b \\t \\n \\f \\r`` or ``\\u00XX``,
+hex digits UPPER-case (Jackson's ``CharTypes``), ``/`` and DEL unescaped.
+Python's encoder differs in the hex case and the astral characters, which this
+module fixes, so a key the relay writes is byte-identical to the key Debezium
+writes for the same row (and lands on the same partition).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+# A run of backslashes, then u00 and a control-character code with a-f in it.
+# An odd run means the last backslash starts an escape; an even run is literal
+# backslashes followed by the text "u00..".
+_LOWER_ESCAPE = re.compile(r"(\\+)u00([01][a-f])")
+
+
+def _upper(match: re.Match[str]) -> str:
+    slashes, code = match.group(1), match.group(2)
+    if len(slashes) % 2 == 0:
+        return match.group(0)
+    return f"{slashes}u00{code.upper()}"
+
+
+_ASTRAL = re.compile("[\U00010000-\U0010FFFF]")
+
+
+def _surrogates(match: re.Match[str]) -> str:
+    code = ord(match.group(0)) - 0x10000
+    return f"\\u{0xD800 + (code >> 10):04X}\\u{0xDC00 + (code & 0x3FF):04X}"
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON text, Jackson-compatible."""
+    text = _ENCODER.encode(value)
+    if "\\u00" in text:
+        text = _LOWER_ESCAPE.sub(_upper, text)
+    if not text.isascii():
+        text = _ASTRAL.sub(_surrogates, text)
+    return text
+
+
+def dumpb(value: Any) -> bytes:
+    """:func:`dumps` as UTF-8 bytes."""
+    return dumps(value).encode("utf-8")

@@ -1,0 +1,62 @@
+"""Kafka client settings shared by the relay, the dead-letter writer and the consumer."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from wakeline.cdc.errors import RelayError
+
+#: Every entity on the partition a Java producer (Debezium) would pick, no
+#: reordering on retries, and a fatal error instead of a gap.
+PRODUCER_DEFAULTS: Mapping[str, Any] = {
+    "enable.idempotence": True,
+    "acks": "all",
+    "enable.gapless.guarantee": True,
+    "partitioner": "murmur2_random",
+    "linger.ms": 1,
+    "batch.num.messages": 10000,
+    "queue.buffering.max.messages": 500000,
+    "message.max.bytes": 16 * 1024 * 1024,
+    "message.timeout.ms": 30000,
+    "log_level": 3,
+}
+
+
+def producer_config(bootstrap: str, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    return {"bootstrap.servers": bootstrap, **PRODUCER_DEFAULTS, **(extra or {})}
+
+
+def ensure_topic(bootstrap: str, topic: str, partitions: int, *, replication: int = 1,
+                 timeout: float = 30.0) -> int:
+    """Create ``topic`` unless it exists; return its partition count.
+
+    An existing topic is left as it is (a different partition count is the
+    operator's choice and is returned so callers can warn).
+    """
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    meta = admin.list_topics(timeout=timeout)
+    existing = meta.topics.get(topic)
+    if existing is not None and existing.error is None and existing.partitions:
+        return len(existing.partitions)
+    futures = admin.create_topics([NewTopic(topic, partitions, replication)],
+                                  operation_timeout=timeout, request_timeout=timeout)
+    try:
+        futures[topic].result(timeout)
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else None
+        if not (isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS):
+            raise RelayError(f"cannot create topic {topic!r}: {exc}", topic=topic) from exc
+    # Metadata may lag the creation by a moment on some brokers.
+    for _ in range(50):
+        meta = admin.list_topics(topic, timeout=timeout)
+        t = meta.topics.get(topic)
+        if t is not None and t.error is None and t.partitions:
+            return len(t.partitions)
+        import time
+
+        time.sleep(0.1)
+    return partitions
