@@ -147,14 +147,16 @@ class TriggerCompiler:
         if spec is None:
             return None
         ok = check_duration(self.rep, file, join(path, "size_s"), spec.size_s, "window size_s")
-        hop = spec.size_s if spec.hop_s is None else spec.hop_s
+        # Default hop: a minute (or the whole window when it is shorter), so a
+        # "≥ N within 10 minutes" window slides instead of tumbling (docs/semantics.md).
+        hop = min(60, spec.size_s) if spec.hop_s is None else spec.hop_s
         if spec.hop_s is not None:
             ok = check_duration(self.rep, file, join(path, "hop_s"), hop, "window hop_s") and ok
         if ok and hop > spec.size_s:
             self.rep.add(
                 "window.invalid", file, join(path, "hop_s"),
                 f"hop_s ({hop}) is larger than size_s ({spec.size_s}), leaving gaps no window "
-                "covers; set hop_s <= size_s (omit it for a tumbling window)",
+                "covers; set hop_s <= size_s (omit it for a 60 s hop)",
             )
         return Window(size_s=spec.size_s, hop_s=hop)
 

@@ -167,7 +167,7 @@ class RetractionSpec(ScopeSpec):
 
 
 class WindowSpec(Doc):
-    """A sliding window: ``size_s`` long, advancing every ``hop_s`` (default: size_s)."""
+    """A sliding window: ``size_s`` long, advancing every ``hop_s`` (default: min(60, size_s))."""
 
     size_s: int
     hop_s: int | None = None

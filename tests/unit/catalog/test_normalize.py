@@ -115,7 +115,7 @@ def test_defaults_are_filled(tmp_path: Path) -> None:
     assert (cron.expr, cron.entities) == ("0 3 * * *", "dirty")  # whitespace normalized
     assert isinstance(acc, AccumulatorCondition)
     assert (acc.comparison, acc.metric.kind, acc.metric.aggregate) == ("gte", "count", "count")
-    assert acc.window is not None and (acc.window.size_s, acc.window.hop_s) == (600, 600)
+    assert acc.window is not None and (acc.window.size_s, acc.window.hop_s) == (600, 60)
     assert acc.scope == cat.derivations["d"].source.scope  # the accumulator scope IS the source
     assert acc.reason == "threshold"
     (changed,) = cat.triggers["p.default"].conditions
