@@ -253,3 +253,27 @@ def test_kafka_formats_with_a_cluster_id_that_starts_with_a_dash(
         assert "-Ab1234567890123456789" in (broker.data_dir / "meta.properties").read_text()
     finally:
         broker.stop()
+
+
+def test_cli_up_with_debezium_then_down_leaves_nothing(tmp_path: Path) -> None:
+    home = Path(tempfile.mkdtemp(prefix="wl-dbz-"))
+    home.chmod(0o755)  # PostgreSQL runs unprivileged when we are root
+    env = {**os.environ, "WAKELINE_HOME": str(home)}
+    cli = [sys.executable, "-m", "wakeline.cli.main", "services"]
+    try:
+        up = subprocess.run([*cli, "up", "--broker", "kafka", "--cdc", "debezium"], env=env,
+                            capture_output=True, text=True, timeout=240)
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "started: connect" in up.stdout
+        status = subprocess.run([*cli, "status", "--json"], env=env, capture_output=True,
+                                text=True, timeout=60)
+        rows = {r["role"]: r for r in json.loads(status.stdout)}
+        assert rows["connect"]["ready"] and rows["broker"]["kind"] == "kafka"
+        bad = subprocess.run([*cli, "up", "--cdc", "debezium"], env=env, capture_output=True,
+                             text=True, timeout=60)
+        assert bad.returncode == 2  # already up as kafka, asked for tansu
+    finally:
+        subprocess.run([*cli, "down"], env=env, capture_output=True, text=True, timeout=120)
+        left = subprocess.run(["pgrep", "-f", str(home)], capture_output=True, text=True)
+        shutil.rmtree(home, ignore_errors=True)
+    assert left.stdout.strip() == ""

@@ -101,7 +101,45 @@ def _up(args: argparse.Namespace) -> int:
                 key = "postgres" if role == "postgres" else f"broker.{rec['kind']}"
                 state.remember_port(key, int(port))
             print(f"started: {_describe(role, rec)}")
+        if getattr(args, "cdc", "none") == "debezium":
+            _up_debezium(args, records)
     return 0
+
+
+def _up_debezium(args: argparse.Namespace, records: dict[str, Any]) -> None:
+    """Kafka Connect (detached) with the project's Debezium connector on the running
+    PostgreSQL; the schema is applied first (the connector reads its publication)."""
+    from wakeline.cdc import debezium
+    from wakeline.cdc._kafka import ensure_topic
+    from wakeline.services import KafkaConnect
+    from wakeline.services.paths import services_dir
+    from wakeline.store import migrate
+
+    if records.get("broker", {}).get("kind") not in ("kafka", "external"):
+        raise ConfigError("--cdc debezium needs Apache Kafka: `wakeline services up "
+                          "--broker kafka --cdc debezium` (or use the relay with Tansu)")
+    if _running(records.get("connect")):
+        print(f"already running: {_describe('connect', records['connect'])}")
+        return
+    dsn = str(records["postgres"]["dsn"])
+    bootstrap = str(records["broker"]["bootstrap"])
+    migrate(dsn)
+    ensure_topic(bootstrap, "wakeline.changes", 8)
+    connect = KafkaConnect(bootstrap, base_dir=services_dir() / "connect")
+    connect.start()
+    try:
+        connect.wait_ready(args.timeout)
+        conn = debezium.DebeziumConnector(connect, debezium.config_from_dsn(
+            dsn, topic="wakeline.changes", slot="wakeline_debezium", publication="wakeline",
+            partitions=8), name="wakeline-postgres")
+        conn.create()
+        conn.wait_running(args.timeout)
+    except BaseException:
+        connect.stop()
+        raise
+    records["connect"] = connect.record()
+    state.save(records)
+    print(f"started: {_describe('connect', records['connect'])}")
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -126,7 +164,7 @@ def _down(args: argparse.Namespace) -> int:
     with state.locked():
         records = state.load()
         # The broker first: nothing that talks to PostgreSQL outlives it then.
-        for role in sorted(records, key=lambda r: r == "postgres"):
+        for role in sorted(records, key=lambda r: {"connect": 0, "postgres": 2}.get(r, 1)):
             rec = records.pop(role)
             state.stop(rec, timeout=args.timeout)
             print(f"stopped: {role} ({rec.get('kind')})")
@@ -153,6 +191,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     up.add_argument("--broker", choices=BROKERS, default="tansu",
                     help="tansu (embedded, no JVM; default) or kafka (Apache Kafka, Java 17)")
     up.add_argument("--pg-dsn", metavar="DSN", help="use this PostgreSQL instead of starting one")
+    up.add_argument("--cdc", choices=("none", "debezium"), default="none",
+                    help="also run Kafka Connect with the Debezium connector (needs --broker "
+                         "kafka); the relay needs no service: `wakeline cdc relay`")
     up.add_argument("--bootstrap", metavar="SERVERS",
                     help="use this Kafka cluster instead of starting a broker")
     up.add_argument("--pg-port", type=int, help="PostgreSQL port (default: last one, or free)")

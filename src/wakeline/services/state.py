@@ -112,6 +112,14 @@ def is_alive(record: Record) -> bool | None:
 
 def is_ready(record: Record) -> bool:
     """One protocol probe of the record's endpoint."""
+    if "rest_url" in record:  # Kafka Connect: its REST root answers when it is up
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(str(record["rest_url"]), timeout=2) as resp:
+                return bool(resp.status == 200)
+        except OSError:
+            return False
     if "dsn" in record:
         return postgres.probe(str(record["dsn"]))
     if "bootstrap" in record:
