@@ -178,6 +178,7 @@ def build_app(rt: Runtime) -> faust.App:
             assigned = {tp.partition for tp in app.assignor.assigned_actives()
                         if tp.topic == topo.topics.changes.name}
             n = 0
+            resync: list[bytes] = []
             for skey, data in state.items():
                 if not data:
                     continue
@@ -187,6 +188,10 @@ def build_app(rt: Runtime) -> faust.App:
                     st = load_state(data)
                     rt.timers.set(p, key, rt.engine.next_wakeup(st))
                     n += 1
+                    if any(ds.running is not None for ds in st.ds.values()):
+                        resync.append(key)
+            for key in resync:
+                await stimuli_topic.send(key=key, value=stimuli.encode("resync"))
             log.info("time index rebuilt: %d entities, %d due entries", n, len(rt.timers))
             if rt.announce:
                 print(f"wakeline: conditions ready, partitions {sorted(assigned)}, "
@@ -239,11 +244,15 @@ async def _handle(rt: Runtime, state: Any, derive_topic: Any, event: Any) -> Non
     if msg.topic == topo.topics.stimuli.name:
         ident = parse_key(key)
         try:
-            core_events = [stimuli.decode(event.value)]
+            decoded_stimulus = stimuli.decode(event.value)
         except stimuli.BadStimulus as exc:
             await _dead_letter(rt, event, exc.code, str(exc))
             return
+        core_events = [] if isinstance(decoded_stimulus, stimuli.Resync) \
+            else [decoded_stimulus]
+        resync = isinstance(decoded_stimulus, stimuli.Resync)
     else:
+        resync = False
         decoded = decode_change(key, event.value)
         if decoded.error is not None:
             await _dead_letter(rt, event, decoded.code, decoded.error)
@@ -260,6 +269,8 @@ async def _handle(rt: Runtime, state: Any, derive_topic: Any, event: Any) -> Non
     data = state.get(skey)
     st = load_state(data) if data else EntityState(ident[0], ident[1])
     now = rt.clock.now().timestamp()
+    if resync:
+        core_events = await _finished_runs(rt, st)
     dispatched: list[Dispatch] = []
     outcomes: list[Outcome] = []
     for ev in core_events:
@@ -278,6 +289,29 @@ async def _handle(rt: Runtime, state: Any, derive_topic: Any, event: Any) -> Non
         await derive_topic.send(key=entity_key(d.workspace, d.entity), value=job.to_json())
     if outcomes:
         rt.outcomes.put(outcomes)
+
+
+async def _finished_runs(rt: Runtime, st: EntityState) -> list[Any]:
+    """CursorAdvanced events for running jobs that PostgreSQL says have ended."""
+    from wakeline.core.events import CursorAdvanced
+
+    running = {name: ds.running.id for name, ds in st.ds.items() if ds.running is not None}
+    if not running:
+        return []
+
+    def query() -> list[tuple[Any, ...]]:
+        import psycopg
+
+        with psycopg.connect(rt.dsn) as conn:
+            return conn.execute(
+                "SELECT derivation, watermark, last_run_at, last_outcome, last_job_id "
+                "FROM derivation_cursors WHERE workspace = %s AND entity = %s "
+                "AND derivation = ANY(%s)", (st.workspace, st.entity, list(running))).fetchall()
+
+    rows = await asyncio.get_running_loop().run_in_executor(rt._pool, query)
+    return [CursorAdvanced(d, int(w), at.timestamp(), outcome, job_id)
+            for d, w, at, outcome, job_id in rows
+            if job_id == running.get(d) and outcome is not None and at is not None]
 
 
 async def _enrich(rt: Runtime, event: Any) -> None:

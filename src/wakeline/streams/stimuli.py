@@ -18,11 +18,17 @@ class BadStimulus(WakelineError):
     code = "stimulus.invalid"
 
 
+class Resync:
+    """Re-read the entity's cursor rows from PostgreSQL (after a partition moved):
+    a run whose end the previous owner applied but did not checkpoint is applied
+    again, so no mailbox waits forever on a job that already finished."""
+
+
 def encode(kind: str, **fields: Any) -> bytes:
     return json.dumps({"type": kind, **fields}, separators=(",", ":")).encode()
 
 
-def decode(raw: bytes) -> Event:
+def decode(raw: bytes) -> Event | Resync:
     try:
         d = json.loads(raw)
         kind = d["type"]
@@ -36,6 +42,8 @@ def decode(raw: bytes) -> Event:
             return CronFire(d["trigger"], float(d["bucket"]), tuple(d.get("catchup", ())))
         if kind == "reevaluate":
             return Reevaluate(d.get("derivation"))
+        if kind == "resync":
+            return Resync()
     except (ValueError, KeyError, TypeError) as exc:
         raise BadStimulus(f"malformed stimulus: {exc}") from exc
     raise BadStimulus(f"unknown stimulus type {kind!r}")
