@@ -22,18 +22,12 @@ log = logging.getLogger("wakeline.worker")
 
 def ensure_topics(rt: Runtime) -> None:
     """Create the engine's topics with the topology's partition counts (idempotent)."""
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from wakeline.cdc._kafka import ensure_topic
 
     topo = rt.topology
-    admin = AdminClient({"bootstrap.servers": rt.bootstrap})
-    specs = [topo.topics.changes, topo.topics.stimuli, topo.topics.derive, topo.topics.dead_letter]
-    futures = admin.create_topics([NewTopic(t.name, t.partitions, 1) for t in specs])
-    for fut in futures.values():
-        try:
-            fut.result(timeout=30)
-        except Exception as exc:  # an existing topic is fine
-            if "TOPIC_ALREADY_EXISTS" not in str(exc) and "already exists" not in str(exc):
-                raise
+    for spec in (topo.topics.changes, topo.topics.stimuli, topo.topics.derive,
+                 topo.topics.dead_letter):
+        ensure_topic(rt.bootstrap, spec.name, spec.partitions)
 
 
 def start_relay(rt: Runtime, stop: threading.Event) -> tuple[Relay, threading.Thread]:
