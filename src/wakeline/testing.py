@@ -46,6 +46,7 @@ from wakeline.core.events import (
     Read,
     RecordChanged,
     Reevaluate,
+    SlotRestored,
     Tick,
 )
 from wakeline.core.outcomes import Outcome, OutcomeKind
@@ -217,6 +218,9 @@ class Simulator:
         step = self.engine.apply(self._state(entity), event, self._t())
         self.states[entity] = step.state
         self.outcomes.extend(step.outcomes)
+        for coll, key, below in step.reload:   # an erasure needs a forgotten prior head
+            self._apply(entity, SlotRestored(coll, key, below,
+                                             self.head(entity, coll, key, below=below)))
         for dispatch in step.dispatched:
             self._job_state[dispatch.job_id] = {"state": "running", "attempts": 0}
             self._start(dispatch, 1)
@@ -295,10 +299,12 @@ class Simulator:
         before = self.records.pop(seq)
         self._change(self._entity_of[seq], "d", None, before)
 
-    def head(self, entity: str, collection: str, key: str) -> Rec | None:
+    def head(self, entity: str, collection: str, key: str, *, below: int | None = None
+             ) -> Rec | None:
+        """The slot's head: its latest ready active row (with ``seq < below``)."""
         rows = [r for s, r in self.records.items() if self._entity_of[s] == entity
                 and r.collection == collection and r.key == key and r.ready
-                and r.status == "active"]
+                and r.status == "active" and (below is None or s < below)]
         return max(rows, key=lambda r: r.seq) if rows else None
 
     def retract(self, *, entity: str, collection: str, key: str) -> int:

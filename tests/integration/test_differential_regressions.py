@@ -7,14 +7,11 @@ without any ``Deviations``) — which must pass — and from the core
 
 Fixed in bdb7305 / eebda91 (kept as guards): tombstones as pending rows, quiet
 holding only once settled, typed distinct_count, naive datetimes in where, the
-window hop default.
-
-Open (these fail until the core is fixed; the differential run tolerates them —
-``Deviations.scope_filtered_heads`` and its erasure filter):
-test_census_slot_head_leaving_the_scope, test_census_where_value_leaving_the_scope,
-test_at_slot_head_leaving_the_scope, test_at_rewrite_without_a_deadline_cancels_it,
-test_erasure_restores_a_consumed_head_for_census / _for_at / _for_changed,
-test_removed_transition_types_are_read_from_the_tombstone (an ambiguity).
+window hop default.  Fixed later (each was a strict xfail until then): census and
+`at` read slot heads before the scope (the core remembers every row of a slot a
+head-reading condition looks at); an erasure restores a prior head the core had
+forgotten (the core asks for it: ``Step.reload`` → ``SlotRestored``); a removed
+transition reads collections/types/statuses on the tombstone, `where` on the head.
 """
 
 from __future__ import annotations
@@ -121,7 +118,7 @@ def test_write_counts_a_pending_tombstone(tmp_path: Path, oracle_conn: Any) -> N
     block(sim)                                                       # seq 1, unready
     sim.write(entity="u", collection="kv", key="k", content={"n": 1})  # seq 2
     sim.retract(entity="u", collection="kv", key="k")                # seq 3, tombstone
-    # pending ready records in scope: seqs 2 and 3.  Core: 1 (seqs [2]).
+    # pending ready records in scope: seqs 2 and 3.  Core before the fix: 1 (seqs [2]).
     assert_documented(oracle_conn, sim, "write", holds=True, value=2)
 
 
@@ -130,7 +127,7 @@ def test_write_fires_on_a_lone_pending_tombstone(tmp_path: Path, oracle_conn: An
     sim.write(entity="u", collection="kv", key="k", content={"n": 1})  # seq 1, runs at once
     assert sim.cursor("d", "u")["watermark"] == 1
     sim.retract(entity="u", collection="kv", key="k")                  # seq 2 (cooling)
-    # Core: holds=False value=0 — the tombstone is invisible to write.
+    # Core before the fix: holds=False value=0 — the tombstone is invisible to write.
     assert_documented(oracle_conn, sim, "write", holds=True, value=1)
 
 
@@ -142,7 +139,7 @@ def test_quiet_counts_a_pending_tombstone(tmp_path: Path, oracle_conn: Any) -> N
     sim.retract(entity="u", collection="kv", key="k")                # arrives at +5 s
     sim.advance(10)                                                  # +15 s
     # settles at last arrival (+5 s) + 10 s = +15 s over seqs 2 and 3.
-    # Core: value 1 and settles_at +10 s (it ignores the tombstone's arrival).
+    # Core before the fix: value 1 and settles_at +10 s (it ignores the tombstone's arrival).
     core, ref = answers(oracle_conn, sim, "quiet")
     assert (ref["holds"], ref["value"]) == (True, 2)
     assert ref["detail"]["settles_at"] == sim.now.timestamp()
@@ -155,7 +152,7 @@ def test_accumulator_count_includes_a_pending_tombstone(tmp_path: Path,
     block(sim)
     sim.write(entity="u", collection="kv", key="k", content={"n": 1})
     sim.retract(entity="u", collection="kv", key="k")
-    # pending rows of the driving source: 2 and 3 → count 2 >= 2.  Core: 1.0, holds False.
+    # pending rows of the driving source: 2 and 3 → count 2 >= 2.  Core before the fix: 1.0, holds False.
     assert_documented(oracle_conn, sim, "accumulator", holds=True, value=2.0)
 
 
@@ -212,7 +209,7 @@ def test_scorer_distinct_count_ignores_non_numbers(tmp_path: Path, oracle_conn: 
     block(sim, "ev")
     for value in (1, True, "3", [2]):
         sim.write(entity="u", collection="ev", type="chat", scores={"imp": value})
-    # present (numeric) scores: {1} → 1.  Core: 4.0 (every non-null value), holds.
+    # present (numeric) scores: {1} → 1.  Core before the fix: 4.0 (every non-null value), holds.
     assert_documented(oracle_conn, sim, "accumulator", holds=False, value=1.0)
 
 
@@ -226,7 +223,7 @@ def test_annotation_distinct_count_ignores_arrays_and_objects(tmp_path: Path,
     for value in ([1], [2], {"a": 1}):
         sim.write(entity="u", collection="ev", type="chat",
                   annotations={"sent": {"label": value}})
-    # no JSON scalar present → 0 distinct.  Core: 3.0, holds.
+    # no JSON scalar present → 0 distinct.  Core before the fix: 3.0, holds.
     assert_documented(oracle_conn, sim, "accumulator", holds=False, value=0.0)
 
 
@@ -239,7 +236,7 @@ def test_distinct_count_true_and_one_are_distinct(tmp_path: Path, oracle_conn: A
     for value in (True, 1, False, 0):
         sim.write(entity="u", collection="ev", type="chat",
                   annotations={"sent": {"label": value}})
-    # JSON scalars true, 1, false, 0 are four distinct values.  Core: 2.0 (Python's
+    # JSON scalars true, 1, false, 0 are four distinct values.  Core before the fix: 2.0 (Python's
     # True == 1, False == 0).
     assert_documented(oracle_conn, sim, "accumulator", holds=True, value=4.0)
 
@@ -259,7 +256,7 @@ def test_where_naive_datetime_is_not_an_instant(tmp_path: Path, oracle_conn: Any
                    source="[kv]")
     block(sim)
     sim.write(entity="u", collection="kv", key="k", content={"d": value})
-    # Core: holds=True value=1.
+    # Core before the fix: holds=True value=1.
     assert_documented(oracle_conn, sim, "write", holds=False, value=0)
 
 
@@ -276,37 +273,33 @@ def test_at_naive_datetime_is_not_a_deadline(tmp_path: Path, oracle_conn: Any,
 #
 # docs/semantics.md, Terms: "Current records of a scope: for keyed collections, the
 # heads (not tombstones) of every slot, that are in scope".  The head is the slot's
-# last ready active row by seq, *then* the scope is applied.  The core applies the
-# scope first and keeps, per slot, the latest row that matches it — so a newer
-# version that leaves the scope (another type, a where value that no longer matches)
-# leaves the old version standing.  Observed: it is right when the collection is in
-# some driving source or another census scope also matches the newer row (the core
-# seems to retain only rows that some source/census scope matches); an `at` on the
-# same collection does not help.
+# last ready active row by seq, *then* the scope is applied.  The core used to apply
+# the scope first and keep, per slot, the latest row that matched it — so a newer
+# version that left the scope (another type, a where value that no longer matches)
+# left the old version standing.  It now remembers every active row of a keyed
+# collection that a census, at, changed or retraction condition reads
+# (Plan.slot_collections), in scope or not.
 
 
-@pytest.mark.xfail(strict=True, reason="core bug A: census keeps the latest in-scope row of a slot, not its head (issue 3, open)")
 def test_census_slot_head_leaving_the_scope(tmp_path: Path, oracle_conn: Any) -> None:
     sim = make_sim(tmp_path, "census: {collections: [kv], types: [pref], threshold: 1}",
                    source="[ev]")
     sim.write(entity="u", collection="kv", key="k", type="pref", content={"n": 1})
     sim.write(entity="u", collection="kv", key="k", type="other", content={"n": 2})
     # head of kv.k is seq 2, type other → not in scope → 0 current records.
-    # Core: 1 (seq 1, the latest pref row).
+    # Core before the fix: 1 (seq 1, the latest pref row).
     assert_documented(oracle_conn, sim, "census", holds=False, value=0)
 
 
-@pytest.mark.xfail(strict=True, reason="core bug A: census keeps the latest in-scope row of a slot, not its head (issue 3, open)")
 def test_census_where_value_leaving_the_scope(tmp_path: Path, oracle_conn: Any) -> None:
     sim = make_sim(tmp_path, "census:\n  collections: [kv]\n  where: {n: {gte: 1}}\n"
                              "  threshold: 1", source="[ev]")
     sim.write(entity="u", collection="kv", key="k", content={"n": 5})
     sim.write(entity="u", collection="kv", key="k", content={"n": 0})
-    # Core: 1 — the superseded value n=5 still counts.
+    # Core before the fix: 1 — the superseded value n=5 still counts.
     assert_documented(oracle_conn, sim, "census", holds=False, value=0)
 
 
-@pytest.mark.xfail(strict=True, reason="core bug A: at keeps the latest in-scope row of a slot, not its head (issue 3, open)")
 def test_at_slot_head_leaving_the_scope(tmp_path: Path, oracle_conn: Any) -> None:
     sim = make_sim(tmp_path, "at: {collections: [kv], types: [pref], field: d}",
                    source="[ev]")
@@ -314,19 +307,18 @@ def test_at_slot_head_leaving_the_scope(tmp_path: Path, oracle_conn: Any) -> Non
               content={"d": "2026-01-01T01:00:00Z"})
     sim.write(entity="u", collection="kv", key="k", type="other",
               content={"d": "2026-01-01T02:00:00Z"})
-    # the head (seq 2) is out of scope: no deadline.  Core: 01:00 from the
+    # the head (seq 2) is out of scope: no deadline.  Core before the fix: 01:00 from the
     # superseded seq 1 — a reminder for a calendar entry that was moved out of scope.
     assert_documented(oracle_conn, sim, "at", holds=False, value=None)
 
 
-@pytest.mark.xfail(strict=True, reason="core bug A: a head without a deadline leaves the old deadline armed (issue 3, open)")
 def test_at_rewrite_without_a_deadline_cancels_it(tmp_path: Path, oracle_conn: Any) -> None:
     sim = make_sim(tmp_path, "at: {collections: [kv], field: d}", source="[ev]")
     sim.write(entity="u", collection="kv", key="k", content={"d": "2026-01-01T00:10:00Z"})
     sim.write(entity="u", collection="kv", key="k", content={"d": "not a date"})
     # docs/semantics.md: "only the head of a slot carries a deadline, so a new version
     # of the slot or its tombstone re-arms or cancels the old deadline" — the head has
-    # none.  Core: 00:10 from the superseded version (a tombstone does cancel it).
+    # none.  Core before the fix: 00:10 from the superseded version (a tombstone does cancel it).
     assert_documented(oracle_conn, sim, "at", holds=False, value=None)
 
 
@@ -345,22 +337,22 @@ def test_slot_heads_are_right_when_the_collection_is_a_driving_source(
 # Seed: "erasure restores prior heads without writing new rows"; docs/semantics.md:
 # every definition is a function of the rows.  After the head of a slot is deleted,
 # the previous ready active row is the head again.  The core forgets rows a cursor
-# has consumed, so when the prior head is at or below the watermark of the
-# derivation, deleting the newer head leaves the slot empty for census and at.
+# has consumed; it used to leave the slot empty when the prior head was at or below
+# the watermark.  Now, when the oldest row it kept leaves the chain, the step asks
+# for the prior row (Step.reload) and the runtime answers from PostgreSQL
+# (SlotRestored).
 
 
-@pytest.mark.xfail(strict=True, reason="core bug B: pruning drops consumed heads that erasure should restore (issue 3, open)")
 def test_erasure_restores_a_consumed_head_for_census(tmp_path: Path, oracle_conn: Any) -> None:
     sim = make_sim(tmp_path, "census: {collections: [kv], threshold: 1}", source="[kv]")
     sim.write(entity="u", collection="kv", key="k", content={"n": 1})   # seq 1, consumed
     newer = sim.write(entity="u", collection="kv", key="k", content={"n": 2})
     assert sim.cursor("d", "u")["watermark"] == 2
     sim.delete(newer)
-    # current records: seq 1 (the restored head) → 1.  Core: 0.
+    # current records: seq 1 (the restored head) → 1.  Core before the fix: 0.
     assert_documented(oracle_conn, sim, "census", holds=False, value=1)
 
 
-@pytest.mark.xfail(strict=True, reason="core bug B: pruning drops consumed heads that erasure should restore (issue 3, open)")
 def test_erasure_restores_a_consumed_head_for_at(tmp_path: Path, oracle_conn: Any) -> None:
     sim = make_sim(tmp_path, "write: {collections: [kv]}\nat: {collections: [kv], field: d}",
                    source="[kv]")
@@ -370,11 +362,10 @@ def test_erasure_restores_a_consumed_head_for_at(tmp_path: Path, oracle_conn: An
     assert sim.cursor("d", "u")["watermark"] == 2
     sim.delete(newer)
     # the restored head's deadline 01:00 is unhandled (handled through 00:00).
-    # Core: None.
+    # Core before the fix: None.
     assert_documented(oracle_conn, sim, "at", holds=True, value=1767229200.0)
 
 
-@pytest.mark.xfail(strict=True, reason="core bug B: pruning drops consumed heads that erasure should restore (issue 3, open)")
 def test_erasure_restores_a_consumed_head_for_changed(tmp_path: Path,
                                                      oracle_conn: Any) -> None:
     sim = make_sim(tmp_path, "changed: {collections: [kv]}\ncooldown_s: 600", source="[kv]")
@@ -385,7 +376,7 @@ def test_erasure_restores_a_consumed_head_for_changed(tmp_path: Path,
     sim.delete(newer)                                                   # head: seq 1 again
     sim.write(entity="u", collection="kv", key="k", content={"n": 1})   # seq 3 (cooling)
     # seq 3 against its predecessor seq 1: byte-identical → no transition.
-    # Core: 'added' (it forgot seq 1).
+    # Core before the fix: 'added' (it forgot seq 1).
     assert_documented(oracle_conn, sim, "changed", holds=False, value=0)
 
 
@@ -419,12 +410,11 @@ def test_window_hop_defaults_to_min_60_and_size(tmp_path: Path) -> None:
 # docs/semantics.md: changed holds for "a ready record r in scope" ... "for a removed
 # transition, where is evaluated on the retracted head".  So collections, types and
 # statuses are read on r (the tombstone, which copies the head's type when written)
-# and only `where` on the head.  The core also requires the retracted head itself to
-# be in scope.  The two differ only when the head was edited in place after the
-# retraction — an ambiguity more than a bug (see the report).
+# and only `where` on the head.  The core used to also require the retracted head to
+# be in scope; the two differ only when the head was edited in place after the
+# retraction.  Settled on the doc's reading.
 
 
-@pytest.mark.xfail(strict=True, reason="ambiguity C: core also requires the retracted head in scope (issue 3, open)")
 def test_removed_transition_types_are_read_from_the_tombstone(tmp_path: Path,
                                                               oracle_conn: Any) -> None:
     sim = make_sim(tmp_path, "retraction: {types: [pref]}", source="[kv]")
@@ -432,5 +422,59 @@ def test_removed_transition_types_are_read_from_the_tombstone(tmp_path: Path,
     head = sim.write(entity="u", collection="kv", key="k", type="pref", content={"n": 1})
     sim.retract(entity="u", collection="kv", key="k")                # tombstone type pref
     sim.update(head, type="other")                                   # in-place edit
-    # r (the tombstone) is in scope and retracts a live head → removed.  Core: 0.
+    # r (the tombstone) is in scope and retracts a live head → removed.  Core before the fix: 0.
     assert_documented(oracle_conn, sim, "retraction", holds=True, value=1)
+
+
+# -- settled readings (docs/semantics.md) ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["2026-W01-4T00:10:00Z", "2026-01-01T00Z",
+                                   " 2026-01-01T00:10:00Z", "2026-01-01T00:10:00.1234567Z"])
+def test_where_datetime_outside_the_grammar_is_not_an_instant(tmp_path: Path,
+                                                              oracle_conn: Any,
+                                                              value: str) -> None:
+    """Python's fromisoformat reads week dates, hour-only times, padding and 7-digit
+    fractions; the documented grammar (RFC 3339 profile) does not."""
+    sim = make_sim(tmp_path, 'write: {where: {d: {gte: "2025-12-31T00:00:00Z"}}}',
+                   source="[kv]")
+    block(sim)
+    sim.write(entity="u", collection="kv", key="k", content={"d": value})
+    assert_documented(oracle_conn, sim, "write", holds=False, value=0)
+
+
+@pytest.mark.parametrize("value", ["2026-01-01 00:10:00Z", "20260101T001000Z",
+                                   "2026-01-01T00:10:00+01"])
+def test_where_datetime_in_the_grammar_is_an_instant(tmp_path: Path, oracle_conn: Any,
+                                                     value: str) -> None:
+    sim = make_sim(tmp_path, 'write: {where: {d: {gte: "2025-12-31T00:00:00Z"}}}',
+                   source="[kv]")
+    block(sim)
+    sim.write(entity="u", collection="kv", key="k", content={"d": value})
+    assert_documented(oracle_conn, sim, "write", holds=True, value=1)
+
+
+def test_count_of_a_string_leaf_counts_the_rows_that_carry_it(tmp_path: Path,
+                                                              oracle_conn: Any) -> None:
+    """The compiler suggests `aggregate: count` for a non-numeric leaf; it counts rows
+    whose leaf holds a JSON scalar (before: 0, as only numbers were present)."""
+    sim = make_sim(tmp_path, "accumulator:\n"
+                             "  metric: {annotation: sent, path: label, aggregate: count}\n"
+                             "  threshold: 2", source="[ev]")
+    block(sim, "ev")
+    for label in ("sad", None, "calm"):
+        sim.write(entity="u", collection="ev", type="chat",
+                  annotations={"sent": {"label": label}})
+    assert_documented(oracle_conn, sim, "accumulator", holds=True, value=2.0)
+
+
+def test_lifecycle_with_both_milestones_holds_on_either(tmp_path: Path,
+                                                        oracle_conn: Any) -> None:
+    sim = make_sim(tmp_path, "lifecycle: {first_record: true, total_records: 3}\n"
+                             "cooldown_s: 600", source="[ev]")
+    sim.write(entity="u", collection="ev", type="chat")        # first record: runs
+    assert sim.cursor("d", "u")["watermark"] == 1
+    sim.write(entity="u", collection="ev", type="chat")        # total 2: neither
+    assert_documented(oracle_conn, sim, "lifecycle", holds=False, value=2)
+    sim.write(entity="u", collection="ev", type="chat")        # total 3: the second
+    assert_documented(oracle_conn, sim, "lifecycle", holds=True, value=3)

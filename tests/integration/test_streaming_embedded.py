@@ -54,8 +54,11 @@ def stream_catalog(tmp: Path) -> Path:
                            source="collections: [out]"),
         "cool": derivation("cool", "write: {}\ncooldown_s: 30",
                            source="collections: [outk]"),
+        "er": derivation("er", "changed: {}", source="collections: [prefs]"),
     }, triggers={"tri.boot": "name: tri.boot\nprocessor: tri\nlifecycle: {first_record: true}\n"})
     (root / "slowfn.py").write_text(SLOW)
+    (root / "collections" / "prefs.yaml").write_text(
+        "name: prefs\nkeyed: true\nfields:\n  value: string\n")
     main = (root / "collections" / "main.yaml").read_text()
     (root / "collections" / "main.yaml").write_text(main.replace(
         "scorers: [importance]",
@@ -221,3 +224,28 @@ def test_failing_enricher_is_a_recorded_outcome(stack):
     assert rows and "the scoring model is down" in rows[0][0]
     assert rows[0][1]["seq"] == seq
     assert st.query("SELECT enriched_at FROM records WHERE seq = %s", seq) == [(None,)]
+
+
+def test_erasure_restores_a_prior_head_the_conditions_state_had_forgotten(stack):
+    """Seed: "erasure restores prior heads without writing new rows".  Once both
+    versions are consumed the conditions state keeps only the head; erasing it makes
+    the worker read the prior head back from PostgreSQL, so rewriting the prior value
+    is no transition (without the restore it would look 'added' and run)."""
+    st = stack
+    st.write("e:erase", "prefs", key="tone", content={"value": "warm"})
+    st.wait_runs(1, derivation="er", entity="e:erase")
+    newer = st.write("e:erase", "prefs", key="tone", content={"value": "dry"})
+    st.wait_runs(2, derivation="er", entity="e:erase")
+    st.query("DELETE FROM records WHERE seq = %s RETURNING seq", newer)   # erasure
+    again = st.write("e:erase", "prefs", key="tone", content={"value": "warm"})
+    deadline = time.monotonic() + 30
+    rows = []
+    while time.monotonic() < deadline and not rows:
+        rows = st.query("SELECT reason, detail FROM outcomes WHERE derivation = 'er' "
+                        "AND entity = 'e:erase' AND kind = 'no_transition'")
+        time.sleep(0.2)
+    assert rows, "\n".join(st.workers[0].lines[-30:])
+    time.sleep(1)
+    runs = st.runs("er", "e:erase")
+    assert [r["records_consumed"] for r in runs] == [1, 1], runs
+    assert again > newer

@@ -26,7 +26,11 @@ def check_exactly_once(st, expected: dict[str, int]) -> None:
     for entity, rs in by_entity.items():
         rs.sort(key=lambda r: r["watermark_before"])
         consumed = sum(r["records_consumed"] for r in rs)
-        assert consumed == expected[entity], (entity, consumed, expected[entity], rs)
+        assert consumed == expected[entity], (
+            f"{entity}: consumed {consumed} of {expected[entity]}\nruns: {rs}\n"
+            f"jobs: {st.query('SELECT * FROM jobs WHERE entity = %s ORDER BY created_at', entity)}"
+            f"\noutcomes: {st.query('SELECT kind, reason, at FROM outcomes WHERE entity = %s', entity)}"
+            f"\nrecords: {st.query('SELECT seq, enriched_at IS NOT NULL FROM records WHERE entity = %s ORDER BY seq', entity)}")
         for a, b in zip(rs, rs[1:]):
             assert b["watermark_before"] >= a["watermark_after"], ("overlap", entity, a, b)
 

@@ -33,9 +33,7 @@ strings by code point, booleans, datetimes through a guarded cast, arrays), keye
 chains and heads (window functions / ``DISTINCT ON``), pending sets, aggregates and
 windows — is computed by one SQL statement per catalog, evaluated for all requested
 entities at once.  :func:`install` creates the few helper functions it uses
-(``oracle_*``) in the target database.  :class:`Deviations` (all off by default)
-lets a differential run tolerate core deviations that are reported and pinned by
-failing regression tests.
+(``oracle_*``) in the target database.
 """
 
 from __future__ import annotations
@@ -63,7 +61,7 @@ from wakeline.catalog import (
     WriteCondition,
 )
 
-__all__ = ["Deviations", "Oracle", "evaluate", "evaluate_all", "install"]
+__all__ = ["Oracle", "evaluate", "evaluate_all", "install"]
 
 #: Kinds the oracle answers (cron and read are stimuli, not functions of rows).
 KINDS = ("write", "changed", "retraction", "accumulator", "census", "lifecycle", "quiet", "at")
@@ -410,7 +408,7 @@ def _q_quiet(tag: str, d: int, source: Source, cond: QuietCondition) -> sql.Comp
 
 
 def _q_changed(tag: str, d: int, source: Source, scope: Scope, keys: Sequence[str] | None,
-               transitions: Sequence[str], dev: Deviations) -> sql.Composable:
+               transitions: Sequence[str]) -> sql.Composable:
     # r: the chain row; p: its predecessor in the slot chain (ready, active, by seq).
     # For a removed transition (r a tombstone) where is evaluated on the retracted head.
     keys_ok = _in(sql.SQL("c.key"), keys) if keys is not None else sql.SQL("TRUE")
@@ -432,8 +430,7 @@ def _q_changed(tag: str, d: int, source: Source, scope: Scope, keys: Sequence[st
         " GROUP BY e.entity"
     ).format(
         tag=_lit(tag), cur=sql.Identifier(f"cur_{d}"),
-        where_p=(sql.SQL("({} AND {})").format(scope_expr(scope, "p"), where_expr(scope, "p"))
-                 if dev.removed_scope_on_head_too else where_expr(scope, "p")),
+        where_p=where_expr(scope, "p"),
         where_c=where_expr(scope, "c"),
         src=source_expr(source, "c"), base=scope_expr(scope, "c", where=False),
         keys_ok=keys_ok, tr_ok=_in(sql.SQL("x.tr"), transitions))
@@ -448,22 +445,23 @@ def _aggregate(cond: AccumulatorCondition) -> sql.Composable:
     else:
         assert m.annotator is not None and m.path is not None
         mv = sql.SQL("(r.annotations #> {})").format(_path([m.annotator, *m.path.split(".")]))
-    # present: a JSON number (never a boolean); distinct_count over annotation leaves
-    # counts any JSON scalar.
+    # present: a JSON number (never a boolean); count and distinct_count over
+    # annotation leaves count any JSON scalar (docs/semantics.md, Accumulator values).
     number = sql.SQL("CASE WHEN jsonb_typeof({mv}) = 'number' THEN ({mv})::float8 END").format(
         mv=mv)
     agg = m.aggregate
+    # count and distinct_count of an annotation leaf: any JSON scalar is present.
+    kinds = ("number", "string", "boolean") if m.kind == "annotation" else ("number",)
+    scalar = sql.SQL("CASE WHEN jsonb_typeof({mv}) IN ({k}) THEN {mv} END").format(
+        mv=mv, k=sql.SQL(", ").join(_lit(k) for k in kinds))
     if agg == "sum":
         return sql.SQL("COALESCE(sum({}), 0)::float8").format(number)
     if agg == "count":
-        return sql.SQL("count({})::float8").format(number)
+        return sql.SQL("count({})::float8").format(scalar)
     if agg in ("avg", "max", "min"):
         return sql.SQL("{}({})::float8").format(sql.SQL(agg), number)
     assert agg == "distinct_count"
     # jsonb equality: 1 and 1.0 are one value, true and 1 are two
-    kinds = ("number", "string", "boolean") if m.kind == "annotation" else ("number",)
-    scalar = sql.SQL("CASE WHEN jsonb_typeof({mv}) IN ({k}) THEN {mv} END").format(
-        mv=mv, k=sql.SQL(", ").join(_lit(k) for k in kinds))
     return sql.SQL("count(DISTINCT {})::float8").format(scalar)
 
 
@@ -488,37 +486,16 @@ def _fresh(source: Source) -> sql.Composable:
     return sql.SQL("EXISTS (SELECT 1 FROM ready r WHERE {})").format(_pending_join(source))
 
 
-def _scoped_current(scope: Scope, usable: sql.Composable | None = None) -> sql.Composable:
-    """Deviations.scope_filtered_heads: the current records under the core's reading —
-    per keyed slot the latest ready active row that is a tombstone or is in scope (and
-    ``usable``, e.g. carries a deadline), no value when that row is a tombstone; plus
-    the in-scope ready event rows."""
-    ok = scope_expr(scope, "r")
-    if usable is not None:
-        ok = sql.SQL("({} AND {})").format(ok, usable)
-    return sql.SQL(
-        "(SELECT * FROM (SELECT DISTINCT ON (r.entity, r.collection, r.key) r.* FROM ready r"
-        "   WHERE r.key IS NOT NULL AND r.status = 'active' AND (r.tombstone OR {ok})"
-        "   ORDER BY r.entity, r.collection, r.key, r.seq DESC) h WHERE NOT h.tombstone"
-        " UNION ALL SELECT * FROM ready r WHERE r.key IS NULL AND {scope})"
-    ).format(ok=ok, scope=scope_expr(scope, "r"))
-
-
-def _q_census(tag: str, d: int, source: Source, cond: CensusCondition, dev: Deviations
-              ) -> sql.Composable:
-    alt = sql.SQL("NULL::bigint")
-    if dev.scope_filtered_heads:
-        alt = sql.SQL("(SELECT count(*) FROM {cur} r WHERE r.entity = e.entity AND {w})").format(
-            cur=_scoped_current(cond.scope), w=_window_expr(cond.window, "r"))
+def _q_census(tag: str, d: int, source: Source, cond: CensusCondition) -> sql.Composable:
     return sql.SQL(
         "SELECT {tag}::text, q.entity, q.n >= {thr} AND q.fresh, to_jsonb(q.n),"
-        " jsonb_build_object('fresh', q.fresh, 'alt', q.alt)"
+        " jsonb_build_object('fresh', q.fresh)"
         " FROM (SELECT e.entity,"
         "   (SELECT count(*) FROM cur r WHERE r.entity = e.entity AND {scope} AND {window}) AS n,"
-        "   {alt} AS alt, {fresh} AS fresh"
+        "   {fresh} AS fresh"
         "   FROM {cur} e) q"
     ).format(tag=_lit(tag), thr=_lit(cond.threshold), scope=scope_expr(cond.scope, "r"),
-             window=_window_expr(cond.window, "r"), fresh=_fresh(source), alt=alt,
+             window=_window_expr(cond.window, "r"), fresh=_fresh(source),
              cur=sql.Identifier(f"cur_{d}"))
 
 
@@ -537,7 +514,7 @@ def _q_lifecycle(tag: str, d: int, source: Source, cond: LifecycleCondition) -> 
              fresh=_fresh(source), cur=sql.Identifier(f"cur_{d}"))
 
 
-def _q_at(tag: str, d: int, cond: AtCondition, dev: Deviations) -> sql.Composable:
+def _q_at(tag: str, d: int, cond: AtCondition) -> sql.Composable:
     deadline = sql.SQL("(oracle_tsj({}, false) + make_interval(secs => {}))").format(
         field_expr(cond.field, "r"), _lit(cond.offset_s))
 
@@ -549,46 +526,17 @@ def _q_at(tag: str, d: int, cond: AtCondition, dev: Deviations) -> sql.Composabl
     unhandled = sql.SQL(
         "x.entity = e.entity AND x.d IS NOT NULL"
         " AND (e.at_handled_through IS NULL OR x.d > e.at_handled_through)")
-    alt = sql.SQL("NULL::float8")
-    if dev.scope_filtered_heads:
-        alt = sql.SQL("(SELECT extract(epoch FROM min(x.d))::float8 FROM ({q}) x WHERE {u})"
-                      ).format(q=earliest(_scoped_current(
-                          cond.scope, sql.SQL("{} IS NOT NULL").format(deadline))), u=unhandled)
     return sql.SQL(
         "SELECT {tag}::text, e.entity, min(x.d) IS NOT NULL,"
         " to_jsonb(extract(epoch FROM min(x.d))::float8),"
-        " jsonb_build_object('seq', (array_agg(x.seq ORDER BY x.d, x.seq))[1], 'alt', {alt})"
+        " jsonb_build_object('seq', (array_agg(x.seq ORDER BY x.d, x.seq))[1])"
         " FROM {cur} e LEFT JOIN ({q}) x ON {u}"
         " GROUP BY e.entity, e.at_handled_through"
     ).format(tag=_lit(tag), cur=sql.Identifier(f"cur_{d}"), q=earliest(sql.SQL("cur")),
-             u=unhandled, alt=alt)
+             u=unhandled)
 
 
 # -- the evaluator ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Deviations:
-    """Switches that make the oracle reproduce a *reported* deviation of the core from
-    docs/semantics.md, so a differential run can keep checking everything else.
-
-    The defaults are the documented semantics; every switch names the regression test
-    in ``tests/integration/test_differential_regressions.py`` that pins the deviation.
-    """
-
-    #: test_census_slot_head_leaving_the_scope, test_at_slot_head_leaving_the_scope,
-    #: test_at_rewrite_without_a_deadline_cancels_it: for census and at the core may
-    #: take, per keyed slot, the latest row that is in scope (for at: and carries a
-    #: deadline) or is a tombstone — when no driving source or other census scope
-    #: retains the newer row — where the doc takes the slot's head and then asks
-    #: whether it is in scope.  The switch adds ``detail.alt`` — the value under the
-    #: core's reading — so a differential run can accept either.
-    scope_filtered_heads: bool = False
-    #: test_removed_transition_types_are_read_from_the_tombstone: for a removed
-    #: transition the core also requires the retracted head to be in the scope's
-    #: collections/types/statuses (the doc reads those on the tombstone and only
-    #: `where` on the head).  They differ only after an in-place edit of the head.
-    removed_scope_on_head_too: bool = False
 
 
 @dataclass(frozen=True)
@@ -606,10 +554,8 @@ class Oracle:
     """
 
     def __init__(self, catalog: Catalog, workspace: str = "default",
-                 triggers: Iterable[str] | None = None,
-                 deviations: Deviations | None = None) -> None:
+                 triggers: Iterable[str] | None = None) -> None:
         self.catalog = catalog
-        self.deviations = deviations or Deviations()
         self.workspace = workspace
         names = sorted(catalog.triggers) if triggers is None else list(triggers)
         self.derivations = sorted({catalog.triggers[t].derivation for t in names})
@@ -624,29 +570,28 @@ class Oracle:
                     continue
                 tag = f"{t}#{i}"
                 self.slots[tag] = _Slot(t, i, cond.kind)
-                parts.append(self._condition(tag, d, source, cond, self.deviations))
+                parts.append(self._condition(tag, d, source, cond))
         self.triggers = names
         self.query = self._query(parts).as_string(None) if parts else None
 
     @staticmethod
-    def _condition(tag: str, d: int, source: Source, cond: Any, dev: Deviations
-                   ) -> sql.Composable:
+    def _condition(tag: str, d: int, source: Source, cond: Any) -> sql.Composable:
         if isinstance(cond, WriteCondition):
             return _q_write(tag, d, source, cond)
         if isinstance(cond, QuietCondition):
             return _q_quiet(tag, d, source, cond)
         if isinstance(cond, ChangedCondition):
-            return _q_changed(tag, d, source, cond.scope, cond.keys, cond.transitions, dev)
+            return _q_changed(tag, d, source, cond.scope, cond.keys, cond.transitions)
         if isinstance(cond, RetractionCondition):
-            return _q_changed(tag, d, source, cond.scope, None, ("removed",), dev)
+            return _q_changed(tag, d, source, cond.scope, None, ("removed",))
         if isinstance(cond, AccumulatorCondition):
             return _q_accumulator(tag, d, source, cond)
         if isinstance(cond, CensusCondition):
-            return _q_census(tag, d, source, cond, dev)
+            return _q_census(tag, d, source, cond)
         if isinstance(cond, LifecycleCondition):
             return _q_lifecycle(tag, d, source, cond)
         if isinstance(cond, AtCondition):
-            return _q_at(tag, d, cond, dev)
+            return _q_at(tag, d, cond)
         raise TypeError(f"no oracle for {cond.kind}")
 
     def _query(self, parts: list[sql.Composable]) -> sql.Composable:

@@ -7,6 +7,7 @@ operands) and evaluators (which test records) cannot disagree.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from datetime import UTC, date, datetime
 from typing import Any
@@ -21,13 +22,32 @@ class Mismatch(ValueError):
     """A value does not fit a declared type."""
 
 
+#: The datetime grammar (docs/semantics.md, where predicates): the RFC 3339 profile
+#: of ISO 8601 — extended date, ``T``/``t``/space, hh:mm[:ss[.f{1,6}]], then ``Z`` or
+#: ±hh[[:]mm] — or the basic form ``YYYYMMDDThhmmss[.f](Z|±hh[mm])``.  Week and
+#: ordinal dates, hour-only times, padding and 7+ fraction digits are not instants.
+_INSTANT = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]"
+    r"(:[0-5][0-9](\.[0-9]{1,6})?)?([Zz]|[+-]([01][0-9]|2[0-3])(:?[0-5][0-9])?)"
+    r"|[0-9]{8}[Tt]([01][0-9]|2[0-3])[0-5][0-9][0-5][0-9]"
+    r"(\.[0-9]{1,6})?([Zz]|[+-]([01][0-9]|2[0-3])([0-5][0-9])?)")
+_NAIVE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}([Tt ]([01][0-9]|2[0-3]):[0-5][0-9]"
+                    r"(:[0-5][0-9](\.[0-9]{1,6})?)?)?")
+
+
 def parse_datetime(value: Any, *, require_tz: bool) -> datetime:
-    """An aware UTC datetime from a datetime or an ISO 8601 string."""
+    """An aware UTC datetime from a datetime or a string in the datetime grammar."""
     if isinstance(value, datetime):
         dt = value
     elif isinstance(value, str):
-        text = value.strip()
-        if text.endswith(("Z", "z")):
+        if _INSTANT.fullmatch(value) is None:
+            if _NAIVE.fullmatch(value) is not None and require_tz:
+                raise Mismatch(f"{value!r} has no timezone; add one, e.g. a trailing Z for UTC")
+            if _NAIVE.fullmatch(value) is None:
+                raise Mismatch(f"{value!r} is not an ISO 8601 datetime "
+                               "(e.g. 2026-07-19T09:00:00Z)")
+        text = value.upper().replace(" ", "T")
+        if text.endswith("Z"):
             text = text[:-1] + "+00:00"
         try:
             dt = datetime.fromisoformat(text)

@@ -15,7 +15,7 @@ from typing import Any
 
 from wakeline.clock import iso
 from wakeline.core.outcomes import OutcomeKind
-from wakeline.core.plan import CondPlan, DerivationPlan, Fact, Plan
+from wakeline.core.plan import CondPlan, DerivationPlan, Fact, Plan, in_scope
 from wakeline.core.state import DState, EntityState
 
 
@@ -154,7 +154,7 @@ def _changed(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, c: Cond
             continue
         prev: Fact | None = None
         for f in chain:
-            if f.seq > ds.w and d.index in f.drive and c.cid in f.cond:
+            if f.seq > ds.w and d.index in f.drive and in_scope(f, c.cid):
                 considered += 1
                 kind = transition(prev, f)
                 ok_where = not f.tomb or (prev is not None and c.cid in prev.cond)
@@ -302,7 +302,7 @@ def relevant(cond: CondPlan, d: DerivationPlan, fact: Fact) -> bool:
         return d.index in fact.drive
     if cond.kind in ("cron", "read"):
         return False
-    return cond.cid in fact.cond
+    return in_scope(fact, cond.cid)
 
 
 def last_relevant_arrivals(plan: Plan, st: EntityState, cond: CondPlan) -> tuple[float, float] | None:

@@ -21,6 +21,7 @@ from wakeline.core.events import (
     Read,
     RecordChanged,
     Reevaluate,
+    SlotRestored,
     Tick,
 )
 from wakeline.core.outcomes import Outcome, OutcomeKind
@@ -71,6 +72,14 @@ class Step:
     freshness: list[dict[str, Any]] = field(default_factory=list)
     job: JobInfo | None = None
     duplicate: bool = False
+    #: Slots ``(collection, key, below)`` whose prior row the core has forgotten and
+    #: now needs (an erasure removed the oldest row it kept).  The caller answers each
+    #: with a :class:`SlotRestored` read from PostgreSQL before the next event.
+    reload: list[tuple[str, str, int]] = field(default_factory=list)
+
+
+def _in_chain(f: Fact) -> bool:
+    return f.key is not None and f.ready and f.active
 
 
 class Engine:
@@ -125,6 +134,8 @@ class Engine:
             self._on_read(step, event, now)
         elif isinstance(event, CronFire):
             self._on_cron(step, event, now)
+        elif isinstance(event, SlotRestored):
+            self._on_restored(step, event, now)
         elif isinstance(event, Reevaluate):
             for d in self.plan.by_index:
                 if event.derivation in (None, d.name) and d.name in state.ds:
@@ -182,7 +193,30 @@ class Engine:
                     for i in self._derivations_of(fact):
                         st.d(plan.by_index[i].name)
                     self._prune(st, fact, now=now)
+                    if fact.key is not None:
+                        self._trim_chains(st, (fact.coll, fact.key))
+        if old is not None and _in_chain(old) and old.coll in plan.slot_collections:
+            now_fact = st.facts.get(seq)
+            if (now_fact is None or not _in_chain(now_fact)) and not any(
+                    _in_chain(f) and f.coll == old.coll and f.key == old.key and f.seq < seq
+                    for f in st.facts.values()):
+                # The row left its slot's chain and no older row is remembered: the
+                # previous one (forgotten once consumed) may be the head again.
+                step.reload.append((old.coll, old.key, seq))
         return [plan.by_index[i] for i in sorted(touched)]
+
+    def _on_restored(self, step: Step, ev: SlotRestored, now: float) -> None:
+        st, rec = step.state, ev.record
+        if rec is None or rec.seq in st.facts or rec.seq >= ev.below or not rec.ready \
+                or rec.status != "active" or (rec.collection, rec.key) != (ev.collection, ev.key):
+            return
+        fact = self.plan.featurize(rec)
+        if fact is None:
+            return
+        # Counted in the history totals when it first arrived; pruning kept the count.
+        st.facts[rec.seq] = fact
+        for i in sorted(self._derivations_of(fact)):
+            self._evaluate(step, self.plan.by_index[i], now)
 
     def _derivations_of(self, fact: Fact) -> set[int]:
         out = set(fact.drive)
@@ -235,9 +269,17 @@ class Engine:
         if fact is None:
             self._trim_chains(st)
 
-    def _trim_chains(self, st: EntityState) -> None:
+    def _trim_chains(self, st: EntityState, slot: tuple[str, str] | None = None) -> None:
+        """Forget chain rows no condition can read again: all but the head, and the
+        predecessor of the oldest row a transition condition has not consumed.
+        (An erasure that needs a forgotten row asks for it: :attr:`Step.reload`.)"""
         plan = self.plan
-        chains = C.chains(st, plan.keyed)
+        if slot is None:
+            chains = C.chains(st, plan.keyed)
+        else:
+            chains = {slot: sorted((f for f in st.facts.values()
+                                    if f.key == slot[1] and f.coll == slot[0] and f.ready
+                                    and f.active), key=lambda f: f.seq)}
         for (coll, _key), chain in chains.items():
             # The oldest watermark of a derivation that reads transitions of this
             # collection: entries before its predecessor can never matter again.
@@ -253,6 +295,8 @@ class Engine:
             for f in chain[:keep_from]:
                 if all(f.seq <= st.d(plan.by_index[i].name).w for i in f.drive):
                     del st.facts[f.seq]
+        if slot is not None:
+            return
         # Keyed rows that are not in any chain (unready-then-archived, other statuses).
         for f in list(st.facts.values()):
             if f.key is not None and not f.active and all(

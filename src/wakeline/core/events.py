@@ -65,10 +65,25 @@ class CronFire:
 
 
 @dataclass(frozen=True)
+class SlotRestored:
+    """The answer to a :attr:`Step.reload` request: ``record`` is the slot's latest
+    ready ``active`` row with ``seq < below`` as PostgreSQL holds it now (None when
+    there is none).  After an erasure deletes a slot's head, that row is the head
+    again ("erasure restores prior heads without writing new rows"), but the core
+    may have forgotten it once every cursor consumed it."""
+
+    collection: str
+    key: str
+    below: int
+    record: Rec | None = None
+
+
+@dataclass(frozen=True)
 class Reevaluate:
     """Evaluate every trigger again (after a resume or a catalog change)."""
 
     derivation: str | None = None
 
 
-Event = RecordChanged | CursorAdvanced | Tick | ManualRun | Read | CronFire | Reevaluate
+Event = (RecordChanged | CursorAdvanced | Tick | ManualRun | Read | CronFire | Reevaluate
+         | SlotRestored)

@@ -133,7 +133,10 @@ class MetricPlan:
             v = dig(rec.annotations.get(self.name, MISSING), self.path)
         if v is MISSING or v is None:
             return None
-        if self.aggregate == "distinct_count":
+        if self.aggregate == "distinct_count" or (
+                self.aggregate == "count" and self.kind == "annotation"):
+            # An annotation leaf is present for count/distinct_count when it holds any
+            # JSON scalar (so counting a string leaf counts the rows that carry it).
             return distinct_token(v, numbers_only=self.kind == "scorer")
         if isinstance(v, bool) or not isinstance(v, int | float):
             return None
@@ -258,6 +261,15 @@ class Fact:
                    data[8], tuple(data[9]), {int(k): v for k, v in data[10]})
 
 
+_SLOT_KINDS = frozenset({"census", "at", "changed", "retraction"})
+
+
+def in_scope(fact: Fact, cid: int) -> bool:
+    """Is the record of ``fact`` in condition ``cid``'s scope?  (A changed/retraction
+    entry of False marks a row that only matches the scope's ``where``.)"""
+    return cid in fact.cond and fact.cond[cid] is not False
+
+
 class Plan:
     """The compiled evaluation plan of one catalog."""
 
@@ -278,6 +290,14 @@ class Plan:
             {name for d in derivations for name, _ in d.source.collections}
             | {name for c in self._scoped for name, _ in c.scope.collections}  # type: ignore[union-attr]
         )
+        # Keyed collections whose slot heads a condition reads (census, at, changed,
+        # retraction): every ready active row of them is remembered, in scope or not,
+        # because the head is the slot's last row *before* the scope is applied
+        # (docs/semantics.md, Terms) — a newer version that leaves the scope, or
+        # carries no deadline, supersedes the old one.
+        self.slot_collections = frozenset(
+            name for c in self._scoped if c.kind in _SLOT_KINDS
+            for name, _ in c.scope.collections if name in keyed)  # type: ignore[union-attr]
 
     def featurize(self, rec: Rec) -> Fact | None:
         if rec.collection not in self.relevant:
@@ -293,6 +313,14 @@ class Plan:
                 if scope.base_match(rec):
                     cond[c.cid] = True
                 continue
+            if c.kind in ("changed", "retraction"):
+                # A live row's entry: True when it is in scope; False when only its
+                # `where` holds — a later tombstone in scope may still retract it
+                # (`where` is evaluated on the retracted head, the rest on r).
+                if any(n == rec.collection for n, _ in scope.collections) \
+                        and all(p.test(rec) for p in scope.where):
+                    cond[c.cid] = scope.base_match(rec)
+                continue
             if not scope.match(rec):
                 continue
             if c.kind == "at":
@@ -306,9 +334,10 @@ class Plan:
             if d_index in drive:
                 assert c.metric is not None
                 cond[c.cid] = c.metric.value(rec)
-        if not drive and not cond:
-            return None
         keyed = rec.collection in self.keyed
+        if not drive and not cond and not (
+                rec.collection in self.slot_collections and rec.status == "active"):
+            return None
         # Only keyed heads are compared by content; event rows need no digest.
         return Fact(rec.seq, rec.collection, rec.key if keyed else None,
                     rec.tombstone, rec.status == "active", digest(rec) if keyed else "", rec.ready,
@@ -322,4 +351,4 @@ def to_epoch(value: datetime | float | None) -> float | None:
 
 
 __all__ = ["CondPlan", "DerivationPlan", "Fact", "FieldRef", "MetricPlan", "Plan", "Pred", "Rec",
-           "ScopePlan", "TriggerPlan", "digest", "to_epoch"]
+           "ScopePlan", "TriggerPlan", "digest", "in_scope", "to_epoch"]

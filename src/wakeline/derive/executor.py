@@ -40,7 +40,7 @@ from wakeline.core.build import build_plan
 from wakeline.core.inputs import definition_hashes, record_dict, select_input
 from wakeline.core.plan import DerivationPlan, Plan, Rec
 from wakeline.derive.errors import RunTimeout, backoff, classify
-from wakeline.store.records import NewRecord, NoLiveHead, Store
+from wakeline.store.records import REC_COLUMNS, NewRecord, NoLiveHead, Store, row_to_rec
 
 TERMINAL = ("succeeded", "noop", "dead")
 
@@ -85,18 +85,6 @@ class RunResult:
     started_at: datetime | None = None
     finished_at: datetime | None = None
     reasons: tuple[str, ...] = ()
-
-
-_REC_COLUMNS = ("seq, collection, collection_version, type, status, key, content, text, "
-                "tombstone, parents, annotations, scores, enriched_at, created_at")
-
-
-def _rec(row: Mapping[str, Any]) -> Rec:
-    return Rec(row["seq"], row["collection"], row["collection_version"], row["type"],
-               row["status"], row["key"], row["content"], row["text"], row["tombstone"],
-               row["annotations"], row["scores"],
-               row["enriched_at"].timestamp() if row["enriched_at"] else None,
-               row["created_at"].timestamp(), tuple(row["parents"] or ()))
 
 
 class DeriveExecutor:
@@ -180,10 +168,10 @@ class DeriveExecutor:
         since = watermark if d.mode == "changes" else 0
         with self.conn.cursor(row_factory=dict_row) as c:
             rows = c.execute(
-                f"SELECT {_REC_COLUMNS} FROM records WHERE workspace = %s AND entity = %s "
+                f"SELECT {REC_COLUMNS} FROM records WHERE workspace = %s AND entity = %s "
                 "AND collection = ANY(%s) AND seq > %s ORDER BY seq",
                 (job.workspace, job.entity, names, since)).fetchall()
-        return watermark, [_rec(r) for r in rows]
+        return watermark, [row_to_rec(r) for r in rows]
 
     def _function(self, d: DerivationPlan) -> Callable[..., Any]:
         fn = self._functions.get(d.name)

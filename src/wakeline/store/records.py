@@ -22,6 +22,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from wakeline.clock import Clock, SystemClock
+from wakeline.core.plan import Rec
 from wakeline.errors import StoreError
 
 
@@ -86,6 +87,33 @@ class NewRecord:
     scores: Mapping[str, Any] = field(default_factory=dict)
     ready: bool = False
     produced_by_run: int | None = None
+
+
+#: The columns :func:`row_to_rec` reads.
+REC_COLUMNS = ("seq, collection, collection_version, type, status, key, content, text, "
+               "tombstone, parents, annotations, scores, enriched_at, created_at")
+
+
+def row_to_rec(row: Mapping[str, Any]) -> Rec:
+    """A ``records`` row (a dict with :data:`REC_COLUMNS`) as the core's :class:`Rec`."""
+    return Rec(row["seq"], row["collection"], row["collection_version"], row["type"],
+               row["status"], row["key"], row["content"], row["text"], row["tombstone"],
+               row["annotations"], row["scores"],
+               row["enriched_at"].timestamp() if row["enriched_at"] else None,
+               row["created_at"].timestamp(), tuple(row["parents"] or ()))
+
+
+def prior_head(conn: psycopg.Connection[Any], workspace: str, entity: str, collection: str,
+               key: str, below: int) -> Rec | None:
+    """The slot's latest ready ``active`` row with ``seq < below`` (what an erasure of
+    the rows from ``below`` on leaves as the head), or None."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(
+            f"SELECT {REC_COLUMNS} FROM records WHERE workspace = %s AND entity = %s "
+            "AND collection = %s AND key = %s AND seq < %s AND status = 'active' "
+            "AND enriched_at IS NOT NULL ORDER BY seq DESC LIMIT 1",
+            (workspace, entity, collection, key, below)).fetchone()
+    return row_to_rec(row) if row else None
 
 
 def _row_to_record(row: Mapping[str, Any]) -> Record:

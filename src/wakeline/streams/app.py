@@ -55,6 +55,7 @@ class Counters:
     dispatched: int = 0
     runs: int = 0
     ticks: int = 0
+    restores: int = 0
     by_outcome: dict[str, int] = field(default_factory=dict)
 
 
@@ -130,9 +131,15 @@ class Runtime:
 
 
 def build_app(rt: Runtime) -> faust.App:
+    from wakeline.services.paths import wakeline_home
+
     topo = rt.topology
+    app_id = rt.app_id or f"wakeline-{topo.name}"
     app = faust.App(
-        rt.app_id or f"wakeline-{topo.name}",
+        app_id,
+        # Faust's local table files (RocksDB, offsets) under the runtime folder, not
+        # in the working directory.
+        datadir=str(wakeline_home() / "faust" / app_id),
         broker=f"kafka://{rt.bootstrap}",
         store="rocksdb://" if topo.state_store == "rocksdb" else "memory://",
         topic_partitions=topo.topics.changes.partitions,
@@ -273,13 +280,16 @@ async def _handle(rt: Runtime, state: Any, derive_topic: Any, event: Any) -> Non
         core_events = await _finished_runs(rt, st)
     dispatched: list[Dispatch] = []
     outcomes: list[Outcome] = []
-    for ev in core_events:
-        step = rt.engine.apply(st, ev, now)
+    queue = list(core_events)
+    while queue:
+        step = rt.engine.apply(st, queue.pop(0), now)
         st = step.state
         if step.duplicate:
             rt.counters.duplicates += 1
         dispatched.extend(step.dispatched)
         outcomes.extend(step.outcomes)
+        if step.reload:  # an erasure needs prior heads the state forgot: read them now
+            queue[:0] = await _restore_slots(rt, st, step.reload)
     state[skey] = dump_state(st)
     rt.timers.set(msg.partition, key, rt.engine.next_wakeup(st))
     for d in dispatched:
@@ -289,6 +299,25 @@ async def _handle(rt: Runtime, state: Any, derive_topic: Any, event: Any) -> Non
         await derive_topic.send(key=entity_key(d.workspace, d.entity), value=job.to_json())
     if outcomes:
         rt.outcomes.put(outcomes)
+
+
+async def _restore_slots(rt: Runtime, st: EntityState, slots: list[tuple[str, str, int]]
+                         ) -> list[Any]:
+    """SlotRestored events read from PostgreSQL.  Read after the erasure committed and
+    before any later change of the entity is applied, so the answer is in order."""
+    from wakeline.core.events import SlotRestored
+    from wakeline.store.records import prior_head
+
+    def query() -> list[Any]:
+        import psycopg
+
+        with psycopg.connect(rt.dsn) as conn:
+            return [SlotRestored(c, k, below,
+                                 prior_head(conn, st.workspace, st.entity, c, k, below))
+                    for c, k, below in slots]
+
+    rt.counters.restores += len(slots)
+    return await asyncio.get_running_loop().run_in_executor(rt._pool, query)
 
 
 async def _finished_runs(rt: Runtime, st: EntityState) -> list[Any]:
