@@ -30,7 +30,9 @@ def check_exactly_once(st, expected: dict[str, int]) -> None:
             f"{entity}: consumed {consumed} of {expected[entity]}\nruns: {rs}\n"
             f"jobs: {st.query('SELECT * FROM jobs WHERE entity = %s ORDER BY created_at', entity)}"
             f"\noutcomes: {st.query('SELECT kind, reason, at FROM outcomes WHERE entity = %s', entity)}"
-            f"\nrecords: {st.query('SELECT seq, enriched_at IS NOT NULL FROM records WHERE entity = %s ORDER BY seq', entity)}")
+            f"\nrecords: {st.query('SELECT seq, enriched_at IS NOT NULL FROM records WHERE entity = %s ORDER BY seq', entity)}"
+            + "\ntrace:\n" + "\n".join(f"w{i} {line}" for i, w in enumerate(st.workers)
+                                        for line in w.lines if entity in line))
         for a, b in zip(rs, rs[1:]):
             assert b["watermark_before"] >= a["watermark_after"], ("overlap", entity, a, b)
 

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -41,6 +42,16 @@ from wakeline.streams.keys import entity_key, parse_key, split_state_key, state_
 from wakeline.streams.sinks import OutcomeWriter
 from wakeline.streams.timers import TimerIndex
 from wakeline.topology import Topology
+
+#: WAKELINE_TRACE=1 prints one line per dispatch, cursor end and job result (debugging
+#: hand-offs between workers).
+TRACE = os.environ.get("WAKELINE_TRACE") == "1"
+
+
+def trace(*parts: Any) -> None:
+    if TRACE:
+        print("wakeline-trace", os.getpid(), *parts, flush=True)
+
 
 log = logging.getLogger("wakeline.streams")
 
@@ -135,11 +146,13 @@ def build_app(rt: Runtime) -> faust.App:
 
     topo = rt.topology
     app_id = rt.app_id or f"wakeline-{topo.name}"
+    datadir = wakeline_home() / "faust" / app_id
+    datadir.parent.mkdir(parents=True, exist_ok=True)
     app = faust.App(
         app_id,
         # Faust's local table files (RocksDB, offsets) under the runtime folder, not
         # in the working directory.
-        datadir=str(wakeline_home() / "faust" / app_id),
+        datadir=str(datadir),
         broker=f"kafka://{rt.bootstrap}",
         store="rocksdb://" if topo.state_store == "rocksdb" else "memory://",
         topic_partitions=topo.topics.changes.partitions,
@@ -197,8 +210,10 @@ def build_app(rt: Runtime) -> faust.App:
                     n += 1
                     if any(ds.running is not None for ds in st.ds.values()):
                         resync.append(key)
+                        trace("resync", key)
             for key in resync:
                 await stimuli_topic.send(key=key, value=stimuli.encode("resync"))
+            trace("recovered", sorted(assigned), n)
             log.info("time index rebuilt: %d entities, %d due entries", n, len(rt.timers))
             if rt.announce:
                 print(f"wakeline: conditions ready, partitions {sorted(assigned)}, "
@@ -206,6 +221,8 @@ def build_app(rt: Runtime) -> faust.App:
 
         @app.on_partitions_revoked.connect
         async def on_revoked(sender: Any, revoked: Any, **kw: Any) -> None:
+            trace("revoked", sorted(tp.partition for tp in revoked
+                                    if tp.topic == topo.topics.changes.name))
             rt.timers.drop_partitions({tp.partition for tp in revoked
                                        if tp.topic == topo.topics.changes.name})
 
@@ -292,7 +309,13 @@ async def _handle(rt: Runtime, state: Any, derive_topic: Any, event: Any) -> Non
             queue[:0] = await _restore_slots(rt, st, step.reload)
     state[skey] = dump_state(st)
     rt.timers.set(msg.partition, key, rt.engine.next_wakeup(st))
+    if TRACE:
+        trace("event", msg.topic, msg.partition, msg.offset, ident[1],
+              [type(e).__name__ + ":" + str(getattr(e, "job_id", "") or "") for e in core_events],
+              {n: (ds.w, ds.running.id if ds.running else None,
+                   ds.queued.id if ds.queued else None) for n, ds in st.ds.items()})
     for d in dispatched:
+        trace("dispatch", d.job_id, msg.partition)
         rt.counters.dispatched += 1
         job = JobSpec(d.job_id, d.workspace, d.derivation, d.entity, tuple(d.reasons),
                       d.run_after, 1, tuple(d.dedupe))
@@ -395,6 +418,7 @@ async def _run_job(rt: Runtime, job: JobSpec) -> None:
                 await asyncio.sleep(min(30.0, 0.5 * 2 ** infra_failures))
                 continue
             rt.counters.runs += 1
+            trace("result", job.job_id, result.outcome)
             if rt.on_run is not None:
                 rt.on_run(result)
             if result.outcome == "failed" and result.retry_in is not None:

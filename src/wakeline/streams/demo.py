@@ -41,7 +41,8 @@ class DemoFeeder:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(10)
+        if self._thread.is_alive():  # a worker that failed to start never started it
+            self._thread.join(10)
 
     def _sleep(self, seconds: float) -> bool:
         return not self._stop.wait(seconds)
