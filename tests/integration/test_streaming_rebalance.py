@@ -23,11 +23,27 @@ def check_exactly_once(st, expected: dict[str, int]) -> None:
         by_entity.setdefault(r["entity"], []).append(r)
     missing = [e for e in expected if e not in by_entity]
     assert not missing, f"entities never run: {missing[:5]}"
+    short = {e: (sum(r["records_consumed"] for r in rs), expected[e])
+             for e, rs in by_entity.items()
+             if sum(r["records_consumed"] for r in rs) != expected[e]}
+    seen: dict[str, dict[int, tuple[int, int]]] = {}  # worker -> partition -> (first, last)
+    for i, w in enumerate(st.workers):
+        for line in w.lines:
+            parts = line.split("wakeline-trace", 1)[-1].split()
+            if len(parts) > 4 and parts[1] == "event" and parts[2].endswith(".changes"):
+                p, off = int(parts[3]), int(parts[4])
+                lo, hi = seen.setdefault(f"w{i}", {}).get(p, (off, off))
+                seen[f"w{i}"][p] = (min(lo, off), max(hi, off))
     for entity, rs in by_entity.items():
         rs.sort(key=lambda r: r["watermark_before"])
         consumed = sum(r["records_consumed"] for r in rs)
         assert consumed == expected[entity], (
-            f"{entity}: consumed {consumed} of {expected[entity]}\nruns: {rs}\n"
+            f"{entity}: consumed {consumed} of {expected[entity]}; all short: {short}\n"
+            f"change offsets seen per worker and partition: {seen}\n"
+            "group: " + "\n".join(f"w{i} {line}" for i, w in enumerate(st.workers)
+                                  for line in w.lines
+                                  if any(k in line for k in ("recovered", "revoked", "rebalance", "consumer ", "aiokafka ")))
+            + f"\nruns: {rs}\n"
             f"jobs: {st.query('SELECT * FROM jobs WHERE entity = %s ORDER BY created_at', entity)}"
             f"\noutcomes: {st.query('SELECT kind, reason, at FROM outcomes WHERE entity = %s', entity)}"
             f"\nrecords: {st.query('SELECT seq, enriched_at IS NOT NULL FROM records WHERE entity = %s ORDER BY seq', entity)}"

@@ -141,6 +141,11 @@ class Runtime:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
+def cron_topic_name(topo: Topology) -> str:
+    """The cron scan pages' topic (one partition: pages of one scan stay in order)."""
+    return f"{topo.topics.changes.name}.cron"
+
+
 def build_app(rt: Runtime) -> faust.App:
     from wakeline.services.paths import wakeline_home
 
@@ -172,7 +177,7 @@ def build_app(rt: Runtime) -> faust.App:
                               **raw)
     derive_topic = app.topic(topo.topics.derive.name, partitions=topo.topics.derive.partitions,
                              **raw)
-    cron_topic = app.topic(f"{topo.topics.changes.name}.cron", partitions=1, **raw)
+    cron_topic = app.topic(cron_topic_name(topo), partitions=1, **raw)
     rt.dead_letter_topic = app.topic(topo.topics.dead_letter.name,
                                      partitions=topo.topics.dead_letter.partitions, **raw)
     state = app.Table("wakeline-entity-state", default=None,
@@ -238,8 +243,10 @@ def build_app(rt: Runtime) -> faust.App:
 
         @app.agent(derive_topic, name="derive", concurrency=max(1, rt.derive_concurrency))
         async def derive(stream: faust.StreamT) -> None:
-            async for raw_job in stream:
-                await _run_job(rt, JobSpec.from_json(raw_job))
+            async for ev in stream.events():
+                job = JobSpec.from_json(ev.value)
+                trace("derive-recv", job.job_id, ev.message.partition, ev.message.offset)
+                await _run_job(rt, job)
 
     if "cron" in rt.roles:
         scheduler = CronScheduler(rt, stimuli_topic, cron_topic)
@@ -252,6 +259,29 @@ def build_app(rt: Runtime) -> faust.App:
         async def cron_pages(stream: faust.StreamT) -> None:
             async for page in stream:
                 await scheduler.page(page)
+
+    if TRACE:
+
+        @app.timer(interval=2.0, name="trace-consumer")
+        async def trace_consumer() -> None:
+            c = app.consumer
+            fmt = lambda tps: sorted(f"{tp.topic.rsplit('.', 1)[-1][:8]}{tp.partition}"  # noqa: E731
+                                     for tp in (tps or ()))
+            trace("consumer", "assigned", fmt(c.assignment()), "paused", fmt(c._paused_partitions),
+                  "active", fmt(c._active_partitions), "buffered", fmt(c._buffered_partitions),
+                  "flow", c.flow_active, "read", {f"{tp.topic.rsplit('.', 1)[-1][:8]}{tp.partition}": o
+                                                  for tp, o in c._read_offset.items()})
+            with contextlib.suppress(Exception):
+                ak = c._thread._consumer
+                sub = ak._subscription.subscription
+                states = {}
+                for tp in sub.assignment.tps:
+                    if tp.topic.endswith(("changes", "derive")):
+                        v = sub.assignment.state_value(tp)
+                        states[f"{tp.topic.rsplit('.', 1)[-1][:8]}{tp.partition}"] = (
+                            v._position, v.highwater, v._status.name, v.paused)
+                trace("aiokafka", states, "records", fmt(ak._fetcher._records.keys()),
+                      "reassign", ak._subscription.reassignment_in_progress)
 
     @app.on_rebalance_complete.connect
     async def on_rebalanced(sender: Any, **kw: Any) -> None:

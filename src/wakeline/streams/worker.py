@@ -23,11 +23,13 @@ log = logging.getLogger("wakeline.worker")
 def ensure_topics(rt: Runtime) -> None:
     """Create the engine's topics with the topology's partition counts (idempotent)."""
     from wakeline.cdc._kafka import ensure_topic
+    from wakeline.streams.app import cron_topic_name
 
     topo = rt.topology
     for spec in (topo.topics.changes, topo.topics.stimuli, topo.topics.derive,
                  topo.topics.dead_letter):
         ensure_topic(rt.bootstrap, spec.name, spec.partitions)
+    ensure_topic(rt.bootstrap, cron_topic_name(topo), 1)
 
 
 def start_relay(rt: Runtime, stop: threading.Event) -> tuple[Relay, threading.Thread]:

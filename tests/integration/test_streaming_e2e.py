@@ -1,5 +1,10 @@
-"""End to end on the embedded stack: PostgreSQL → relay → Tansu → Faust agents →
-derive workers → PostgreSQL, with real short durations."""
+"""End to end, with real short durations, on both stacks:
+
+- ``embedded``: PostgreSQL → the built-in relay → Tansu → Faust agents → derive
+  workers → PostgreSQL;
+- ``kafka-debezium``: PostgreSQL → Debezium in Kafka Connect → Apache Kafka 4.x (KRaft)
+  → the same agents and workers.
+"""
 
 from __future__ import annotations
 
@@ -67,11 +72,17 @@ def stream_catalog(tmp: Path) -> Path:
     return root
 
 
-@pytest.fixture(scope="module")
-def stack(pg_server, tansu_broker, tmp_path_factory):
+@pytest.fixture(scope="module", params=["embedded", "kafka-debezium"])
+def stack(request, pg_server, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("stream")
-    st = make_stack(pg_server, tmp, tansu_broker.bootstrap, stream_catalog(tmp))
-    worker = st.worker(relay=True)
+    if request.param == "embedded":
+        broker = request.getfixturevalue("tansu_broker")
+        st = make_stack(pg_server, tmp, broker.bootstrap, stream_catalog(tmp))
+    else:
+        broker = request.getfixturevalue("kafka_broker")
+        st = make_stack(pg_server, tmp, broker.bootstrap, stream_catalog(tmp), cdc="debezium",
+                        connect=request.getfixturevalue("kafka_connect"))
+    worker = st.worker(relay=request.param == "embedded")
     worker.wait_for("conditions ready", timeout=90)
     yield st
     st.stop()
