@@ -7,7 +7,9 @@ All instants are timezone-aware UTC ``datetime`` objects.
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 
@@ -60,3 +62,48 @@ def iso(value: datetime | None) -> str | None:
     if value is None:
         return None
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+class FileClock:
+    """A clock another process controls: ``now()`` is the instant written in a file.
+
+    Tests inject it into worker subprocesses (``WAKELINE_CLOCK_FILE``) and into the
+    API so one timeline spans every process without sleeping.  The file holds one
+    ISO-8601 instant; :meth:`write` replaces it atomically.  Reading costs one small
+    file read per call, which is fine for tests and demos, not for production.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+
+    def now(self) -> datetime:
+        return parse_instant(self.path.read_text().strip())
+
+    @staticmethod
+    def write(path: str | os.PathLike[str], instant: datetime | str) -> None:
+        target = Path(path)
+        tmp = target.with_name(target.name + ".tmp")
+        tmp.write_text(iso(parse_instant(instant)) or "")
+        os.replace(tmp, target)
+
+    def set(self, instant: datetime | str) -> datetime:
+        new = parse_instant(instant)
+        if new < self.now():
+            raise ValueError("a clock never moves backwards")
+        self.write(self.path, new)
+        return new
+
+    def advance(self, seconds: float) -> datetime:
+        if seconds < 0:
+            raise ValueError("a clock never moves backwards")
+        return self.set(self.now() + timedelta(seconds=seconds))
+
+
+#: The environment variable naming a :class:`FileClock` file.
+CLOCK_ENV = "WAKELINE_CLOCK_FILE"
+
+
+def clock_from_env() -> Clock:
+    """``FileClock($WAKELINE_CLOCK_FILE)`` when set, else the system clock."""
+    path = os.environ.get(CLOCK_ENV)
+    return FileClock(path) if path else SystemClock()

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +15,37 @@ from tests.unit.core.helpers import catalog_dir, derivation
 pytestmark = pytest.mark.integration
 
 ENTITIES = 60
+
+
+def topic_messages(st, entity: str) -> list[tuple[int, int, str]]:
+    """(partition, offset, value head) of the entity's messages on the changes topic."""
+    import uuid
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    name = st.app_id.removeprefix("wl-") + ".changes"
+    c = Consumer({"bootstrap.servers": st.bootstrap, "group.id": f"dbg-{uuid.uuid4().hex}",
+                  "enable.auto.commit": False})
+    try:
+        md = c.list_topics(name, timeout=10).topics[name]
+        out = []
+        for p in md.partitions:
+            lo, hi = c.get_watermark_offsets(TopicPartition(name, p), timeout=10)
+            c.assign([TopicPartition(name, p, lo)])
+            n = lo
+            while n < hi:
+                m = c.poll(5)
+                if m is None:
+                    break
+                n = m.offset() + 1
+                if m.error() is None and entity.encode() in (m.key() or b""):
+                    v = (m.value() or b"").decode("utf-8", "replace")
+                    seq = re.search(r'"seq":\s*(\d+)', v)
+                    table = re.search(r'"table":\s*"(\w+)"', v)
+                    out.append((p, m.offset(), f"{table and table[1]} seq={seq and seq[1]}"))
+        return out
+    finally:
+        c.close()
 
 
 def check_exactly_once(st, expected: dict[str, int]) -> None:
@@ -34,6 +67,11 @@ def check_exactly_once(st, expected: dict[str, int]) -> None:
                 p, off = int(parts[3]), int(parts[4])
                 lo, hi = seen.setdefault(f"w{i}", {}).get(p, (off, off))
                 seen[f"w{i}"][p] = (min(lo, off), max(hi, off))
+    if short:
+        dump = Path("/tmp") / f"{st.app_id}-workers.log"
+        dump.write_text("\n".join(f"w{i} {line}" for i, w in enumerate(st.workers)
+                                  for line in w.lines))
+        print(f"worker output: {dump}")
     for entity, rs in by_entity.items():
         rs.sort(key=lambda r: r["watermark_before"])
         consumed = sum(r["records_consumed"] for r in rs)
@@ -42,7 +80,8 @@ def check_exactly_once(st, expected: dict[str, int]) -> None:
             f"change offsets seen per worker and partition: {seen}\n"
             "group: " + "\n".join(f"w{i} {line}" for i, w in enumerate(st.workers)
                                   for line in w.lines
-                                  if any(k in line for k in ("recovered", "revoked", "rebalance", "consumer ", "aiokafka ")))
+                                  if any(k in line for k in ("recovered", "revoked", "rebalance", "consumer ", "aiokafka ", "recovery ", "seeking back")))
+            + f"\non the changes topic: {topic_messages(st, entity)}"
             + f"\nruns: {rs}\n"
             f"jobs: {st.query('SELECT * FROM jobs WHERE entity = %s ORDER BY created_at', entity)}"
             f"\noutcomes: {st.query('SELECT kind, reason, at FROM outcomes WHERE entity = %s', entity)}"

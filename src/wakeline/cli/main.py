@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from wakeline.errors import WakelineError
 
-COMMANDS = ["up", "worker", "run", "services", "db", "catalog", "cdc"]
+COMMANDS = ["up", "worker", "run", "api", "services", "db", "catalog", "cdc"]
 
 
 def build_parser() -> argparse.ArgumentParser:

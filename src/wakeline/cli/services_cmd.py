@@ -3,7 +3,8 @@
 ``up`` starts PostgreSQL and a Kafka-protocol broker detached (they outlive the
 command), records them in ``<WAKELINE_HOME>/services/state.json`` and prints
 their addresses; running it again reuses what is already running. ``status``
-probes each; ``down`` stops them all. ``fetch`` downloads the Kafka jars.
+probes each; ``down`` stops them all. ``fetch`` downloads the Kafka jars and
+installs Debian's Chromium when it is missing (as root; the dashboard test needs it).
 """
 
 from __future__ import annotations
@@ -179,6 +180,9 @@ def _fetch(args: argparse.Namespace) -> int:
     print(f"kafka libs: {dist.libs}")
     print(f"connect plugins: {dist.plugins}")
     print(f"tansu: {find_tansu()}")
+    from wakeline.services.chromium import ensure_chromium
+
+    print(f"chromium: {ensure_chromium()}")
     return 0
 
 
@@ -211,5 +215,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                       help="seconds to wait for a clean stop before killing (default 30)")
     down.set_defaults(func=_down)
 
-    fetch = cmds.add_parser("fetch", help="download the Kafka jars and Debezium plugin")
+    fetch = cmds.add_parser("fetch", help="download the Kafka jars and Debezium plugin, and "
+                                          "install Chromium (the dashboard test) when root")
     fetch.set_defaults(func=_fetch)

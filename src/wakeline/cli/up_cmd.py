@@ -78,6 +78,38 @@ def _printer(started: float) -> tuple[Any, Any]:
     return on_run, on_outcome
 
 
+def _start_api(args: argparse.Namespace, topo: Any, catalog: Any, dsn: str, bootstrap: str,
+               home: Path) -> Any:
+    """The HTTP API and dashboard in a thread of this process.  Tokens: the operator's
+    (``WAKELINE_API_TOKENS``), else one kept in ``<home>/api.yaml`` for the workspace."""
+    import secrets
+
+    import yaml
+
+    from wakeline.api import ApiContext, ApiServer, load_settings
+    from wakeline.errors import ServiceError
+    from wakeline.services.ports import free_port
+
+    settings = load_settings()
+    where = "WAKELINE_API_TOKENS"
+    if not settings.tokens:
+        path = home / "api.yaml"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(yaml.safe_dump({"tokens": {topo.workspace: secrets.token_urlsafe(24)}}))
+            path.chmod(0o600)
+        settings = load_settings(path)
+        where = str(path)
+    ctx = ApiContext(topo, catalog, dsn, bootstrap, settings=settings)
+    try:
+        server = ApiServer(ctx, "127.0.0.1", args.api_port).start()
+    except ServiceError:  # the port is taken: any free one will do for a local run
+        server = ApiServer(ctx, "127.0.0.1", free_port()).start()
+    print(f"api       {server.url}  (dashboard {server.url}/dashboard, OpenAPI "
+          f"{server.url}/docs; workspace tokens in {where})", flush=True)
+    return server
+
+
 def run(args: argparse.Namespace) -> int:
     from wakeline.streams.app import Runtime
     from wakeline.streams.demo import DemoFeeder
@@ -90,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
     pg = PostgresServer(base_dir=home / "postgres", data_dir=home / "postgres" / "data")
     broker = TansuBroker(base_dir=home / "tansu", ephemeral=True)
     feeder: DemoFeeder | None = None
+    api: Any = None
     try:
         pg.up(args.timeout)
         broker.up(args.timeout)
@@ -100,6 +133,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"broker    {broker.bootstrap}  (Tansu, memory storage)")
         print(f"catalog   {Path(args.catalog or topo.catalog).resolve()}  {catalog.hash[:19]}  "
               f"{len(catalog.triggers)} triggers: {', '.join(sorted(catalog.triggers))}")
+        if not args.no_api:
+            api = _start_api(args, topo, catalog, dsn, broker.bootstrap, home)
         on_run, on_outcome = _printer(started)
         rt = Runtime(topo, catalog, dsn, broker.bootstrap, on_run=on_run,
                      on_outcome=on_outcome)
@@ -122,6 +157,8 @@ def run(args: argparse.Namespace) -> int:
         if feeder is not None:
             feeder.stop()
             print(f"feeder wrote {feeder.written} records", flush=True)
+        if api is not None:
+            api.stop()
         broker.stop()
         pg.stop()
         print("stopped; run `make up` again to resume", flush=True)
@@ -137,4 +174,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="stop by itself after this many seconds (default: run until Ctrl-C)")
     p.add_argument("--no-feeder", action="store_true", help="do not write demo records")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--api-port", type=int, default=8000,
+                   help="the HTTP API and dashboard (a free port when taken)")
+    p.add_argument("--no-api", action="store_true", help="do not serve the HTTP API")
     p.set_defaults(func=run)

@@ -6,6 +6,7 @@ import argparse
 import os
 
 from wakeline.catalog import compile_catalog
+from wakeline.clock import clock_from_env
 from wakeline.errors import ConfigError
 from wakeline.topology import load_topology
 
@@ -36,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     dsn, bootstrap = _addresses(args, topo)
     roles = ROLES if "all" in args.role else tuple(args.role)
     rt = Runtime(topo, compile_catalog(args.catalog or topo.catalog), dsn, bootstrap,
-                 roles=roles, app_id=args.app_id, announce=True,
+                 roles=roles, app_id=args.app_id, announce=True, clock=clock_from_env(),
                  on_run=(lambda r: print(f"run {r.job_id} {r.outcome} "
                                          f"wm {r.watermark_before}->{r.watermark_after}",
                                          flush=True)) if args.print_runs else None)

@@ -40,6 +40,7 @@ from wakeline.streams.changes import decode_change
 from wakeline.streams.cron import CronScheduler
 from wakeline.streams.keys import entity_key, parse_key, split_state_key, state_key
 from wakeline.streams.sinks import OutcomeWriter
+from wakeline.streams.guard import OffsetGuard, contiguous, unstick_recovery, unstick_tails
 from wakeline.streams.timers import TimerIndex
 from wakeline.topology import Topology
 
@@ -67,6 +68,8 @@ class Counters:
     runs: int = 0
     ticks: int = 0
     restores: int = 0
+    tail_seeks: int = 0  # stream partitions whose dropped tail was sought back
+    recovery_seeks: int = 0  # stalled changelog recoveries sought back (streams/guard.py)
     by_outcome: dict[str, int] = field(default_factory=dict)
 
 
@@ -86,6 +89,7 @@ class Runtime:
     derive_concurrency: int = 2
     tick_interval: float = 0.2
     announce: bool = False
+    guards: dict[str, Any] = field(default_factory=dict)  # streams/guard.OffsetGuard by agent
 
     def __post_init__(self) -> None:
         self.plan = build_plan(self.catalog)
@@ -184,13 +188,35 @@ def build_app(rt: Runtime) -> faust.App:
                       partitions=topo.topics.changes.partitions,
                       key_type=str, value_type=bytes)
     app.wakeline = rt  # type: ignore[attr-defined]
+    guards = rt.guards = {
+        "conditions": OffsetGuard("conditions", frozenset({topo.topics.changes.name,
+                                                           topo.topics.stimuli.name})),
+        "readiness": OffsetGuard("readiness", frozenset({topo.topics.changes.name})),
+        "derive": OffsetGuard("derive", frozenset({topo.topics.derive.name})),
+    }
+    active_guards = [guards[n] for n, role in (("conditions", "conditions"),
+                                                ("readiness", "readiness"),
+                                                ("derive", "derive")) if role in rt.roles]
+
+    @app.timer(interval=1.0, name="offset-watchdog")
+    async def offset_watchdog() -> None:
+        rt.counters.tail_seeks += await unstick_tails(app, active_guards)
+
+    @app.on_partitions_revoked.connect
+    async def forget_offsets(sender: Any, revoked: Any, **kw: Any) -> None:
+        for g in guards.values():
+            g.forget(revoked)
 
     if "conditions" in rt.roles:
 
         @app.agent(source, name="conditions")
         async def conditions(stream: faust.StreamT) -> None:
-            async for event in stream.events():
+            async for event in contiguous(app, stream, guards["conditions"]):
                 await _handle(rt, state, derive_topic, event)
+
+        @app.timer(interval=1.0, name="recovery-watchdog")
+        async def recovery_watchdog() -> None:
+            rt.counters.recovery_seeks += await unstick_recovery(app)
 
         @app.timer(interval=rt.tick_interval, name="ticks")
         async def ticks() -> None:
@@ -236,14 +262,16 @@ def build_app(rt: Runtime) -> faust.App:
 
         @app.agent(changes_only, name="readiness")
         async def readiness(stream: faust.StreamT) -> None:
-            async for event in stream.events():
+            async for event in contiguous(app, stream, guards["readiness"]):
                 await _enrich(rt, event)
 
     if "derive" in rt.roles:
 
-        @app.agent(derive_topic, name="derive", concurrency=max(1, rt.derive_concurrency))
+        # One actor: the offset guard needs to see every message of its partitions
+        # (several actors would each see a share and every share has gaps).
+        @app.agent(derive_topic, name="derive")
         async def derive(stream: faust.StreamT) -> None:
-            async for ev in stream.events():
+            async for ev in contiguous(app, stream, guards["derive"]):
                 job = JobSpec.from_json(ev.value)
                 trace("derive-recv", job.job_id, ev.message.partition, ev.message.offset)
                 await _run_job(rt, job)
@@ -269,19 +297,26 @@ def build_app(rt: Runtime) -> faust.App:
                                      for tp in (tps or ()))
             trace("consumer", "assigned", fmt(c.assignment()), "paused", fmt(c._paused_partitions),
                   "active", fmt(c._active_partitions), "buffered", fmt(c._buffered_partitions),
-                  "flow", c.flow_active, "read", {f"{tp.topic.rsplit('.', 1)[-1][:8]}{tp.partition}": o
+                  "flow", c.flow_active, "committed", {fmt([tp])[0]: o for tp, o in
+                                                        c._committed_offset.items()}, "read", {f"{tp.topic.rsplit('.', 1)[-1][:8]}{tp.partition}": o
                                                   for tp, o in c._read_offset.items()})
             with contextlib.suppress(Exception):
                 ak = c._thread._consumer
                 sub = ak._subscription.subscription
                 states = {}
                 for tp in sub.assignment.tps:
-                    if tp.topic.endswith(("changes", "derive")):
+                    if tp.topic.endswith(("changes", "changelog")):
                         v = sub.assignment.state_value(tp)
                         states[f"{tp.topic.rsplit('.', 1)[-1][:8]}{tp.partition}"] = (
                             v._position, v.highwater, v._status.name, v.paused)
                 trace("aiokafka", states, "records", fmt(ak._fetcher._records.keys()),
                       "reassign", ak._subscription.reassignment_in_progress)
+                rec = app.tables.recovery
+                trace("recovery", "in", rec.in_recovery, "end", rec.signal_recovery_end.is_set(),
+                      "offsets", {fmt([tp])[0]: o for tp, o in rec.active_offsets.items()},
+                      "highwaters", {fmt([tp])[0]: o for tp, o in rec.active_highwaters.items()},
+                      "queue", app.tables.changelog_queue.qsize()
+                      if hasattr(app.tables.changelog_queue, "qsize") else "?")
 
     @app.on_rebalance_complete.connect
     async def on_rebalanced(sender: Any, **kw: Any) -> None:
@@ -339,6 +374,14 @@ async def _handle(rt: Runtime, state: Any, derive_topic: Any, event: Any) -> Non
             queue[:0] = await _restore_slots(rt, st, step.reload)
     state[skey] = dump_state(st)
     rt.timers.set(msg.partition, key, rt.engine.next_wakeup(st))
+    # -- API request/reply (issue 7): a stimulus carrying a request_id gets the
+    # mailbox's answer recorded in PostgreSQL (wakeline.streams.replies).  `step` is
+    # the one step that applied it (a stimulus is one core event).
+    if core_events and msg.topic == topo.topics.stimuli.name:
+        from wakeline.streams import replies
+
+        replies.answer(rt, event.value, ident, step)
+    # -- end API request/reply
     if TRACE:
         trace("event", msg.topic, msg.partition, msg.offset, ident[1],
               [type(e).__name__ + ":" + str(getattr(e, "job_id", "") or "") for e in core_events],

@@ -16,6 +16,7 @@ import faust
 
 from wakeline.cdc.relay import Relay
 from wakeline.streams.app import Runtime, build_app
+from wakeline.streams.pauses import PauseSync
 
 log = logging.getLogger("wakeline.worker")
 
@@ -51,6 +52,8 @@ def run_worker(rt: Runtime, *, relay: bool = False, loglevel: str = "warn",
     app = build_app(rt)
     stop = threading.Event()
     relay_parts = start_relay(rt, stop) if relay else None
+    # Operator pauses from PostgreSQL (wakeline.streams.pauses), for the conditions role.
+    pause_sync = PauseSync(rt, stop).start() if "conditions" in rt.roles else None
     if on_started is not None:
         @app.task
         async def _started() -> None:
@@ -60,6 +63,8 @@ def run_worker(rt: Runtime, *, relay: bool = False, loglevel: str = "warn",
         worker.execute_from_commandline()
     finally:
         stop.set()
+        if pause_sync is not None:
+            pause_sync.join(10)
         if relay_parts is not None:
             relay_parts[1].join(10)
             relay_parts[0].close()

@@ -1,0 +1,201 @@
+"""Offset continuity for the agents, and a watchdog for stalled table recovery.
+
+Faust (0.15) can skip messages around a rebalance. Measured on Apache Kafka 4.x
+with two conditions workers (tests/integration/test_streaming_rebalance.py, with
+``WAKELINE_TRACE=1``), about one run in three lost one or more messages this way:
+
+- the fetcher's records are dropped when flow control stops mid-batch, or for a
+  partition that is briefly outside the consumer's active set. The client's
+  position has already moved past them. The next batch starts later, and Faust
+  records the jump as a *gap*: it counts the missing offsets as done and commits
+  past them. The missing change events never reach the conditions agent, and the
+  entity waits forever for a record it never saw.
+- the same drop on a table's changelog partition during recovery: the client's
+  position reaches the end, Faust's recovery offset stays at -1, and recovery
+  (and every stream partition it paused) waits forever.
+
+The topics these agents read are neither compacted nor transactional, so a
+partition's offsets are contiguous. :class:`OffsetGuard` checks, per partition,
+that each event is the one after the last it let through. The first event after
+an assignment must be the committed offset. On a jump it seeks the partition
+back and lets nothing through until the missing offset arrives. Offsets already
+let through are duplicates from such a seek and are skipped. Every seek is
+counted and logged.
+
+:func:`unstick_recovery` is the second watchdog. It seeks a changelog partition
+back to Faust's recovery offset when the client has read the partition to its
+end but recovery saw nothing for a while.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger("wakeline.streams.guard")
+
+#: Seconds before a seek for the same missing offset is repeated (the first may be
+#: lost to another rebalance).
+RESEEK_AFTER = 2.0
+
+
+@dataclass
+class OffsetGuard:
+    """Per-partition next expected offset of one agent's stream."""
+
+    name: str
+    topics: frozenset[str] = frozenset()
+    expected: dict[Any, int] = field(default_factory=dict)
+    admitted_at: dict[Any, float] = field(default_factory=dict)
+    seeking: dict[Any, tuple[int, float]] = field(default_factory=dict)
+    stale: dict[Any, int] = field(default_factory=dict)  # expected when last revoked
+    seeks: int = 0
+    duplicates: int = 0  # at or below an offset already let through
+    ahead: int = 0  # past the missing offset while a seek for it is on its way
+
+    def forget(self, tps: Any) -> None:
+        """Partitions revoked: their next owner (maybe us again) starts at the commit.
+
+        Where we own a partition again and its committed offset is not known yet
+        when the first message arrives (Faust can resume fetching before it seeks to
+        the commit), the offset after the last we let through is the fallback: a
+        seek back to it at worst replays what another owner did in between, which
+        the core drops as duplicates."""
+        for tp in tps:
+            want = self.expected.pop(tp, None)
+            if want is not None:
+                self.stale[tp] = want
+            self.seeking.pop(tp, None)
+            self.admitted_at.pop(tp, None)
+
+    def baseline(self, tp: Any, committed: int | None) -> int | None:
+        """The first offset due on ``tp`` since its assignment, when known."""
+        if committed is not None and committed >= 0:
+            return committed
+        return self.stale.get(tp)
+
+    def admit(self, tp: Any, offset: int, committed: int | None
+              ) -> tuple[str, int | None]:
+        """``("ok", None)``, ``("dup", None)`` or ``("seek", offset_to_seek_to)``."""
+        want = self.expected.get(tp)
+        if want is None:
+            known = self.baseline(tp, committed)
+            want = offset if known is None else known
+        if offset == want:
+            self.expected[tp] = offset + 1
+            self.seeking.pop(tp, None)
+            self.admitted_at[tp] = time.monotonic()
+            return "ok", None
+        if offset < want:
+            self.duplicates += 1
+            return "dup", None
+        self.expected[tp] = want
+        pending = self.seeking.get(tp)
+        now = time.monotonic()
+        if pending is not None and pending[0] == want and now - pending[1] < RESEEK_AFTER:
+            self.ahead += 1  # already seeking there: drop what the old fetch buffered
+            return "dup", None
+        self.seeking[tp] = (want, now)
+        self.seeks += 1
+        log.warning("%s: %s offset %d arrived, %d expected: seeking back", self.name, tp,
+                    offset, want)
+        return "seek", want
+
+
+async def contiguous(app: Any, stream: Any, guard: OffsetGuard) -> AsyncIterator[Any]:
+    """``stream.events()`` with every partition's offsets in order, none skipped."""
+    consumer = app.consumer
+    async for event in stream.events():
+        msg = event.message
+        tp = msg.tp
+        verdict, to = guard.admit(tp, msg.offset, consumer._committed_offset.get(tp))
+        if verdict == "ok":
+            yield event
+        elif verdict == "seek":
+            assert to is not None
+            await consumer.seek(tp, to)
+
+
+async def unstick_tails(app: Any, guards: Any, quiet_s: float = 3.0) -> int:
+    """Seek partitions whose tail was dropped; returns how many.
+
+    A jump is seen when the next message arrives; a dropped *tail* has no next
+    message.  Stalled: the client's highwater is past the guard's next expected
+    offset, nothing was let through for ``quiet_s`` and the partition is neither
+    paused nor recovering."""
+    consumer = app.consumer
+    if app.tables.recovery.in_recovery or not consumer.flow_active:
+        return 0
+    now = time.monotonic()
+    n = 0
+    for g in guards:
+        for tp in consumer.assignment():
+            if tp.topic not in g.topics or tp in consumer._paused_partitions:
+                continue
+            want = g.expected.get(tp)
+            if want is None:
+                # Nothing let through since the assignment: the first message due is
+                # the committed offset, or our own last one, or (neither known) the
+                # partition's beginning, where ``auto.offset.reset=earliest`` starts;
+                # the core drops replays.
+                want = g.baseline(tp, consumer._committed_offset.get(tp)) or 0
+            high = consumer.highwater(tp)
+            if high is None or high <= want:
+                continue
+            last = g.admitted_at.get(tp)
+            if last is None:
+                g.admitted_at[tp] = now  # start the clock
+                continue
+            pending = g.seeking.get(tp)
+            if now - last < quiet_s or (pending and now - pending[1] < quiet_s):
+                continue
+            log.warning("%s: %s stalled at offset %d with the highwater at %d: seeking back",
+                        g.name, tp, want, high)
+            g.expected[tp] = want
+            g.seeking[tp] = (want, now)
+            g.seeks += 1
+            await consumer.seek(tp, want)
+            n += 1
+    return n
+
+
+_stalled_since: dict[tuple[Any, int], float] = {}
+
+
+async def unstick_recovery(app: Any, quiet_s: float = 3.0) -> int:
+    """Seek changelog partitions whose recovery stalled; returns how many.
+
+    Stalled: recovery is on, the partition's recovery offset is below its
+    highwater, the client's position is past the highwater (everything was
+    fetched), the changelog queue is empty, and all of that for ``quiet_s``."""
+    rec = app.tables.recovery
+    if not rec.in_recovery:
+        _stalled_since.clear()
+        return 0
+    queue = app.tables.changelog_queue
+    if getattr(queue, "qsize", lambda: 0)():
+        return 0
+    now = time.monotonic()
+    n = 0
+    for tp, high in list(rec.active_highwaters.items()):
+        offset = rec.active_offsets.get(tp)
+        if high is None or offset is None or offset >= high:
+            continue
+        try:
+            position = await app.consumer.position(tp)
+        except Exception:  # noqa: BLE001 - a partition mid-rebalance: next round
+            continue
+        if position is None or position <= high:
+            continue  # still fetching: not stalled
+        since = _stalled_since.setdefault((tp, offset), now)
+        if now - since < quiet_s:
+            continue
+        log.warning("recovery of %s stalled at offset %d of %d with the client at %d: "
+                    "seeking back", tp, offset, high, position)
+        await app.consumer.seek(tp, max(0, offset + 1))
+        _stalled_since.pop((tp, offset), None)
+        n += 1
+    return n
