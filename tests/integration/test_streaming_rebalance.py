@@ -92,11 +92,6 @@ def check_exactly_once(st, expected: dict[str, int]) -> None:
             assert b["watermark_before"] >= a["watermark_after"], ("overlap", entity, a, b)
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "KNOWN BUG (issue 5, open): about 1 run in 3 on this 2-core machine one entity ends "
-    "with one record never consumed (e.g. 6 of 7) after the second worker leaves; the "
-    "entity's mailbox likely waits on a job whose end the leaving worker applied but "
-    "did not checkpoint. Kept running so a fix shows as XPASS."))
 def test_rebalance_mid_stream_loses_and_duplicates_nothing(pg_server, kafka_broker, tmp_path):
     root = catalog_dir(tmp_path, {"w": derivation("w", "write: {}", function="simfuncs:noop")})
     st = make_stack(pg_server, tmp_path, kafka_broker.bootstrap, root, partitions=4)
