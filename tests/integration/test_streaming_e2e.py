@@ -60,10 +60,13 @@ def stream_catalog(tmp: Path) -> Path:
         "cool": derivation("cool", "write: {}\ncooldown_s: 30",
                            source="collections: [outk]"),
         "er": derivation("er", "changed: {}", source="collections: [prefs]"),
+        "deb": derivation("deb", "write: {}\ndebounce_s: 1", source="collections: [burst]"),
     }, triggers={"tri.boot": "name: tri.boot\nprocessor: tri\nlifecycle: {first_record: true}\n"})
     (root / "slowfn.py").write_text(SLOW)
     (root / "collections" / "prefs.yaml").write_text(
         "name: prefs\nkeyed: true\nfields:\n  value: string\n")
+    (root / "collections" / "burst.yaml").write_text(
+        "name: burst\nkeyed: false\nfields:\n  n: integer\n")
     main = (root / "collections" / "main.yaml").read_text()
     (root / "collections" / "main.yaml").write_text(main.replace(
         "scorers: [importance]",
@@ -188,6 +191,22 @@ def test_cooldown_holds_and_a_manual_run_bypasses_it(stack):
     send_stimulus(st, "e:cool", "manual", derivation="cool")
     runs = st.wait_runs(2, derivation="cool", entity="e:cool", timeout=20)
     assert reasons_of(runs)[1] == ["manual", "trigger:cool.default:write"]
+
+
+def test_debounce_settles_a_burst_into_one_run(stack):
+    st = stack
+    for n in range(5):
+        st.write("e:deb", "burst", content={"n": n})
+        time.sleep(0.1)
+    runs = st.wait_runs(1, derivation="deb", entity="e:deb", timeout=30)
+    time.sleep(2.5)  # past another debounce window: nothing more may run
+    runs = st.runs("deb", "e:deb")
+    assert len(runs) == 1, runs
+    assert runs[0]["records_consumed"] == 5
+    assert reasons_of(runs) == [["trigger:deb.default:write"]]
+    held = st.query("SELECT reason FROM outcomes WHERE derivation = 'deb' "
+                    "AND entity = 'e:deb' AND kind = 'debounce'")
+    assert held and held[0][0].startswith("debouncing until"), held
 
 
 def test_malformed_change_goes_to_dead_letter_and_the_stream_goes_on(stack):
