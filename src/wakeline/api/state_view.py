@@ -3,7 +3,8 @@
 The mailbox (queued jobs, settle deadlines, the next due timer) lives in the
 conditions agent's Faust table; its changelog topic
 ``<app_id>-wakeline-entity-state-changelog`` holds the latest state of every
-entity as compact JSON (:func:`wakeline.streams.app.dump_state`).  This view
+entity as :func:`wakeline.core.codec.encode_state` bytes (older workers wrote
+JSON; both decode).  The value leaves the identity to the key.  This view
 consumes that topic from the beginning in a daemon thread (no consumer group,
 nothing committed) and keeps the latest bytes per entity, so the dashboard and
 ``GET /jobs/{id}`` can see queued jobs that PostgreSQL does not hold yet.
@@ -23,7 +24,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from wakeline.core.codec import decode_state
 from wakeline.core.state import EntityState
+from wakeline.streams.keys import split_state_key, state_key
 
 log = logging.getLogger("wakeline.api.state")
 
@@ -108,17 +111,19 @@ class StateView:
 
     def states(self) -> Iterator[EntityState]:
         with self._lock:
-            raw = list(self._states.values())
-        for data in raw:
+            raw = list(self._states.items())
+        for skey, data in raw:
+            if not data or not isinstance(skey, str):
+                continue
             try:
-                yield EntityState.from_dict(json.loads(data))
+                yield decode_state(data, *split_state_key(skey))
             except (ValueError, KeyError, TypeError):
                 continue
 
     def state(self, workspace: str, entity: str) -> EntityState | None:
         with self._lock:
-            data = self._states.get(f"{workspace}\x1f{entity}")
-        return EntityState.from_dict(json.loads(data)) if data else None
+            data = self._states.get(state_key(workspace, entity))
+        return decode_state(data, workspace, entity) if data else None
 
     def __len__(self) -> int:
         return len(self._states)

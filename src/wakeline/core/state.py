@@ -12,7 +12,9 @@ An :class:`EntityState` holds, for one (workspace, entity):
 - ``last_lsn``: the newest change applied, so a redelivered change is skipped.
 
 Everything is plain data; :meth:`EntityState.to_dict` / :meth:`from_dict`
-round-trip through JSON.
+round-trip through JSON.  The form the worker stores (its table and changelog) is
+the compact one of :mod:`wakeline.core.codec` (``encode_state`` /
+``decode_state``), which still reads that JSON.
 """
 
 from __future__ import annotations
