@@ -1,0 +1,272 @@
+"""Derive throughput: jobs/s through ``DeriveExecutor.execute`` against real PostgreSQL.
+
+Workload: N entities, each with ``--records`` ready ``main`` records inserted
+beforehand; one job per entity (as the conditions agent dispatches it: a
+``write`` trigger reason, attempt 1).  Two derivations:
+
+- ``noop``: the function returns ``[]`` (the executor still claims the job, reads
+  the cursor and the entity's pending records, and commits the run row, the
+  cursor advance and the job's terminal state);
+- ``upsert``: the function reads the entity's records (``ctx.records``, read by
+  the executor) and emits one keyed upsert into ``summary`` (a new head row).
+
+Each is run with one executor in one thread and with two executors in two
+threads (the worker's ``derive_concurrency=2``).  Reference, in the same run on
+the same database: a bare psycopg 3 loop doing the same reads and writes per job
+in one transaction (job row, cursor read, records read, run row, output row,
+cursor upsert) with nothing else; ``ratio = executor / bare``.  Every scenario
+uses its own derivation name (fresh cursors) and is repeated ``--rounds`` times
+interleaved with its reference; the best round of each is reported.
+
+    python bench/derive_throughput.py [--entities 3000] [--records 2] [--rounds 3] [--tiny]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+FUNCS = '''
+def noop(ctx):
+    return []
+
+def upsert(ctx):
+    last = ctx.records[-1]
+    return [{"collection": "summary", "key": "latest", "text": "",
+             "content": {"n": len(ctx.records), "last": last["seq"],
+                         "priority": last["content"].get("priority", 0)}}]
+'''
+
+COLLECTIONS = {
+    "main": """
+        name: main
+        keyed: false
+        types: [chat]
+        fields:
+          priority: integer
+    """,
+    "summary": """
+        name: summary
+        keyed: true
+        fields:
+          n: integer
+          last: integer
+          priority: integer
+    """,
+}
+
+KINDS = ("noop", "upsert")
+THREADS = (1, 2)
+
+
+def write_catalog(root: Path, rounds: int) -> Path:
+    for sub in ("collections", "derivations"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    for name, text in COLLECTIONS.items():
+        (root / "collections" / f"{name}.yaml").write_text(textwrap.dedent(text))
+    for kind in KINDS:
+        for threads in THREADS:
+            for r in range(rounds):
+                name = f"{kind}_{threads}t_r{r}"
+                emits = "[summary]" if kind == "upsert" else "[]"
+                (root / "derivations" / f"{name}.yaml").write_text(
+                    f"name: {name}\nfunction: benchfuncs:{kind}\n"
+                    f"source:\n  collections: [main]\n  mode: changes\nemits: {emits}\n"
+                    "trigger:\n  write: {}\n")
+    (root / "benchfuncs.py").write_text(FUNCS)
+    return root
+
+
+def run_threads(threads: int, jobs: list[Any], make: Callable[[], Any],
+                work: Callable[[Any, Any], None]) -> tuple[float, float]:
+    """Run ``jobs`` split over ``threads`` workers (each with its own ``make()``);
+    returns (wall seconds, this process's CPU seconds)."""
+    workers = [make() for _ in range(threads)]
+    errors: list[BaseException] = []
+
+    def loop(w: Any, part: list[Any]) -> None:
+        try:
+            for j in part:
+                work(w, j)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    ts = [threading.Thread(target=loop, args=(w, jobs[i::threads]))
+          for i, w in enumerate(workers)]
+    c0, t0 = time.process_time(), time.perf_counter()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    for w in workers:
+        w.close()
+    if errors:
+        raise errors[0]
+    return wall, cpu
+
+
+class Bare:
+    """The floor: the same rows per job, one transaction, plain statements."""
+
+    def __init__(self, dsn: str, upsert: bool) -> None:
+        import psycopg
+
+        self.conn = psycopg.connect(dsn, autocommit=True)
+        self.upsert = upsert
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def run(self, derivation: str, entity: str) -> None:
+        from psycopg.types.json import Jsonb
+
+        from wakeline.store.records import REC_COLUMNS
+
+        conn = self.conn
+        now = datetime.now(UTC)
+        job_id = f"default/{derivation}/{entity}/1"
+        with conn.transaction():
+            conn.execute(
+                "INSERT INTO jobs (job_id, workspace, derivation, entity, state, reasons, "
+                "attempts, created_at, updated_at) VALUES (%s,'default',%s,%s,'succeeded',%s,1,"
+                "%s,%s)", (job_id, derivation, entity, [f"trigger:{derivation}.default:write"],
+                           now, now))
+            cur = conn.execute(
+                "SELECT watermark FROM derivation_cursors WHERE workspace = 'default' AND "
+                "derivation = %s AND entity = %s FOR UPDATE", (derivation, entity)).fetchone()
+            wm = int(cur[0]) if cur else 0
+            rows = conn.execute(
+                f"SELECT {REC_COLUMNS} FROM records WHERE workspace = 'default' AND entity = %s "
+                "AND collection = ANY(%s) AND seq > %s ORDER BY seq",
+                (entity, ["main"], wm)).fetchall()
+            after = max([wm] + [r[0] for r in rows])
+            (run_id,) = conn.execute(
+                "INSERT INTO runs (job_id, attempt, workspace, derivation, entity, "
+                "trigger_reasons, definition_hashes, outcome, started_at, finished_at, "
+                "watermark_before, watermark_after, records_consumed) VALUES "
+                "(%s,1,'default',%s,%s,%s,%s,'succeeded',%s,%s,%s,%s,%s) RETURNING run_id",
+                (job_id, derivation, entity, [f"trigger:{derivation}.default:write"],
+                 Jsonb({"catalog": "x"}), now, now, wm, after, len(rows))).fetchone()
+            if self.upsert:
+                conn.execute(
+                    "INSERT INTO records (workspace, entity, collection, collection_version, "
+                    "type, key, content, text, enriched_at, created_at, produced_by_run) VALUES "
+                    "('default',%s,'summary',1,'','latest',%s,'',%s,%s,%s) RETURNING seq",
+                    (entity, Jsonb({"n": len(rows), "last": after,
+                                    "priority": rows[-1][6].get("priority", 0)}),
+                     now, now, run_id)).fetchone()
+            conn.execute(
+                "INSERT INTO derivation_cursors (workspace, derivation, entity, watermark, "
+                "last_run_at, last_success_at, at_handled_through, last_run_id, advance_count, "
+                "last_outcome, last_job_id, updated_at) VALUES ('default',%s,%s,%s,%s,%s,%s,%s,"
+                "1,'succeeded',%s,%s) ON CONFLICT (workspace, derivation, entity) DO UPDATE SET "
+                "watermark = EXCLUDED.watermark, last_run_at = EXCLUDED.last_run_at, "
+                "last_success_at = EXCLUDED.last_success_at, at_handled_through = "
+                "EXCLUDED.at_handled_through, last_run_id = EXCLUDED.last_run_id, "
+                "advance_count = derivation_cursors.advance_count + 1, last_outcome = "
+                "EXCLUDED.last_outcome, last_job_id = EXCLUDED.last_job_id, updated_at = "
+                "EXCLUDED.updated_at",
+                (derivation, entity, after, now, now, now, run_id, job_id, now))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--entities", type=int, default=3_000)
+    ap.add_argument("--records", type=int, default=2, help="pending records per entity")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--tiny", action="store_true")
+    a = ap.parse_args()
+    if a.tiny:
+        a.entities, a.rounds = 60, 1
+
+    import psycopg
+
+    from wakeline.catalog import compile_catalog
+    from wakeline.core.build import build_plan
+    from wakeline.derive import DeriveExecutor, JobSpec
+    from wakeline.services import PostgresServer
+    from wakeline.store import Store, migrate
+    from wakeline.store.records import NewRecord
+
+    entities = [f"user:{i:07d}" for i in range(a.entities)]
+    best: dict[tuple[str, str, int], tuple[float, float]] = {}  # (side, kind, threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        root.chmod(0o755)  # the embedded server may run as another user
+        catalog = compile_catalog(write_catalog(root / "catalog", a.rounds))
+        plan = build_plan(catalog)
+        pg = PostgresServer(base_dir=root / "pg", ephemeral=True)
+        pg.up(120)
+        try:
+            dsn = pg.create_database("derive")
+            migrate(dsn)
+            store = Store.connect(dsn)
+            store.insert_records(
+                NewRecord(workspace="default", entity=e, collection="main", type="chat",
+                          content={"priority": i % 10}, ready=True)
+                for i in range(a.records) for e in entities)
+            store.close()
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("VACUUM ANALYZE")
+
+            for r in range(a.rounds):
+                for kind in KINDS:
+                    for threads in THREADS:
+                        name = f"{kind}_{threads}t_r{r}"
+                        jobs = [JobSpec(f"default/{name}/{e}/1", "default", name, e,
+                                        (f"trigger:{name}.default:write",)) for e in entities]
+                        outcomes: list[str] = []
+
+                        def work(ex: Any, job: JobSpec, outcomes: list[str] = outcomes) -> None:
+                            outcomes.append(ex.execute(job).outcome)
+
+                        sides = {
+                            "executor": (lambda: DeriveExecutor(catalog, dsn, plan=plan), work),
+                            "bare": (lambda kind=kind: Bare(dsn, kind == "upsert"),
+                                     lambda b, job: b.run("bare_" + job.derivation, job.entity)),
+                        }
+                        for side, (make, fn) in sides.items():
+                            wall, cpu = run_threads(threads, jobs, make, fn)
+                            key = (side, kind, threads)
+                            if key not in best or wall < best[key][0]:
+                                best[key] = (wall, cpu)
+                        bad = [o for o in outcomes if o != "succeeded"]
+                        if bad:
+                            print(f"unexpected outcomes in {name}: {sorted(set(bad))}",
+                                  file=sys.stderr)
+                            return 1
+        finally:
+            pg.stop()
+
+    n = a.entities
+    print(f"entities={n} records/entity={a.records} rounds={a.rounds} (best round shown; "
+          "client CPU = this process, ms per job)")
+    print(f"{'derivation':<10} {'threads':>7} {'executor jobs/s':>16} {'cpu ms':>7} "
+          f"{'bare jobs/s':>12} {'cpu ms':>7} {'ratio':>6}")
+    ratios = []
+    for kind in KINDS:
+        for threads in THREADS:
+            ew, ec = best[("executor", kind, threads)]
+            bw, bc = best[("bare", kind, threads)]
+            ratio = (n / ew) / (n / bw)
+            ratios.append(f"{kind} {threads}t {ratio:.2f}")
+            print(f"{kind:<10} {threads:>7} {n / ew:>16,.0f} {1000 * ec / n:>7.3f} "
+                  f"{n / bw:>12,.0f} {1000 * bc / n:>7.3f} {ratio:>6.2f}")
+    print("ratio executor/bare: " + ", ".join(ratios))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
