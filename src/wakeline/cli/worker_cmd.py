@@ -38,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     roles = ROLES if "all" in args.role else tuple(args.role)
     rt = Runtime(topo, compile_catalog(args.catalog or topo.catalog), dsn, bootstrap,
                  roles=roles, app_id=args.app_id, announce=True, clock=clock_from_env(),
+                 stats_interval=float(os.environ.get("WAKELINE_STATS_INTERVAL") or 0) or None,
                  on_run=(lambda r: print(f"run {r.job_id} {r.outcome} "
                                          f"wm {r.watermark_before}->{r.watermark_after}",
                                          flush=True)) if args.print_runs else None)

@@ -31,6 +31,7 @@ from aiokafka.partitioner import murmur2
 from wakeline.catalog import Catalog
 from wakeline.clock import Clock, SystemClock
 from wakeline.core.build import build_plan
+from wakeline.core.codec import decode_state, encode_state
 from wakeline.core.engine import Dispatch, Engine
 from wakeline.core.outcomes import Outcome
 from wakeline.core.state import EntityState
@@ -40,7 +41,13 @@ from wakeline.streams.changes import decode_change
 from wakeline.streams.cron import CronScheduler
 from wakeline.streams.keys import entity_key, parse_key, split_state_key, state_key
 from wakeline.streams.sinks import OutcomeWriter
-from wakeline.streams.guard import OffsetGuard, contiguous, unstick_recovery, unstick_tails
+from wakeline.streams.guard import (
+    OffsetGuard,
+    admit_batch,
+    contiguous,
+    unstick_recovery,
+    unstick_tails,
+)
 from wakeline.streams.timers import TimerIndex
 from wakeline.topology import Topology
 
@@ -67,6 +74,7 @@ class Counters:
     dispatched: int = 0
     runs: int = 0
     ticks: int = 0
+    batches: int = 0  # conditions batches handled
     restores: int = 0
     tail_seeks: int = 0  # stream partitions whose dropped tail was sought back
     recovery_seeks: int = 0  # stalled changelog recoveries sought back (streams/guard.py)
@@ -88,7 +96,14 @@ class Runtime:
     on_outcome: Callable[[Outcome], None] | None = None
     derive_concurrency: int = 2
     tick_interval: float = 0.2
+    #: most messages the conditions agent handles as one batch
+    batch_max: int = 1000
+    #: longest a message waits for its batch to fill (seconds)
+    batch_wait: float = 0.01
     announce: bool = False
+    #: print a ``wakeline-stats {json}`` line of the counters every this many seconds
+    #: (``WAKELINE_STATS_INTERVAL``; benchmarks and operators watching a worker)
+    stats_interval: float | None = None
     guards: dict[str, Any] = field(default_factory=dict)  # streams/guard.OffsetGuard by agent
 
     def __post_init__(self) -> None:
@@ -145,6 +160,20 @@ class Runtime:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
+class EntityTable(faust.Table):
+    """The state table, whose changelog partition is the entity's partition computed
+    from the key (the same murmur2 partitioning as the source topics), so a batch can
+    write the states of several partitions' entities after the events that made them
+    (Faust's Table takes the partition from the current event)."""
+
+    def __init__(self, *args: Any, partition_of: Callable[[str], int], **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self._partition_of = partition_of
+
+    def partition_for_key(self, key: Any) -> int | None:
+        return self._partition_of(key)
+
+
 def cron_topic_name(topo: Topology) -> str:
     """The cron scan pages' topic (one partition: pages of one scan stay in order)."""
     return f"{topo.topics.changes.name}.cron"
@@ -184,9 +213,10 @@ def build_app(rt: Runtime) -> faust.App:
     cron_topic = app.topic(cron_topic_name(topo), partitions=1, **raw)
     rt.dead_letter_topic = app.topic(topo.topics.dead_letter.name,
                                      partitions=topo.topics.dead_letter.partitions, **raw)
-    state = app.Table("wakeline-entity-state", default=None,
-                      partitions=topo.topics.changes.partitions,
-                      key_type=str, value_type=bytes)
+    state = app.tables.add(EntityTable(
+        app, name="wakeline-entity-state", default=None,
+        partitions=topo.topics.changes.partitions, key_type=str, value_type=bytes,
+        partition_of=lambda skey: rt.partition_of(entity_key(*split_state_key(skey)))))
     app.wakeline = rt  # type: ignore[attr-defined]
     guards = rt.guards = {
         "conditions": OffsetGuard("conditions", frozenset({topo.topics.changes.name,
@@ -202,6 +232,16 @@ def build_app(rt: Runtime) -> faust.App:
     async def offset_watchdog() -> None:
         rt.counters.tail_seeks += await unstick_tails(app, active_guards)
 
+    if rt.stats_interval:
+
+        @app.timer(interval=rt.stats_interval, name="stats")
+        async def stats() -> None:
+            c = rt.counters
+            print("wakeline-stats", json.dumps({
+                "events": c.events, "batches": c.batches, "dispatched": c.dispatched, "runs": c.runs,
+                "ticks": c.ticks, "dead_letters": c.dead_letters, "duplicates": c.duplicates,
+                "by_outcome": c.by_outcome}), flush=True)
+
     @app.on_partitions_revoked.connect
     async def forget_offsets(sender: Any, revoked: Any, **kw: Any) -> None:
         for g in guards.values():
@@ -211,8 +251,15 @@ def build_app(rt: Runtime) -> faust.App:
 
         @app.agent(source, name="conditions")
         async def conditions(stream: faust.StreamT) -> None:
-            async for event in contiguous(app, stream, guards["conditions"]):
-                await _handle(rt, state, derive_topic, event)
+            # Batches of up to batch_max messages, or what arrived within batch_wait
+            # seconds; Faust acks a batch after it was handled, so an offset is
+            # committed only once its message's effects (state, jobs, outcomes) were
+            # handed to the producer and the outcome writer.
+            async for events in stream.take_events(rt.batch_max, within=rt.batch_wait):
+                batch = await admit_batch(app, guards["conditions"], events)
+                if batch:
+                    await _handle_batch(rt, state, derive_topic, batch)
+                    rt.counters.batches += 1
 
         @app.timer(interval=1.0, name="recovery-watchdog")
         async def recovery_watchdog() -> None:
@@ -236,7 +283,7 @@ def build_app(rt: Runtime) -> faust.App:
                 key = entity_key(*split_state_key(skey))
                 p = rt.partition_of(key)
                 if p in assigned:
-                    st = load_state(data)
+                    st = load_state(data, *split_state_key(skey))
                     rt.timers.set(p, key, rt.engine.next_wakeup(st))
                     n += 1
                     if any(ds.running is not None for ds in st.ds.values()):
@@ -326,73 +373,95 @@ def build_app(rt: Runtime) -> faust.App:
     return app
 
 
-async def _handle(rt: Runtime, state: Any, derive_topic: Any, event: Any) -> None:
+async def _parse(rt: Runtime, event: Any) -> tuple[tuple[str, str], list[Any], bool] | None:
+    """(entity, core events, resync) of one message; ``None`` when it was dead-lettered
+    or carries nothing for the core."""
     msg = event.message
     key: bytes | None = event.key
-    topo = rt.topology
-    if msg.topic == topo.topics.stimuli.name:
+    if msg.topic == rt.topology.topics.stimuli.name:
         ident = parse_key(key)
         try:
             decoded_stimulus = stimuli.decode(event.value)
         except stimuli.BadStimulus as exc:
             await _dead_letter(rt, event, exc.code, str(exc))
-            return
-        core_events = [] if isinstance(decoded_stimulus, stimuli.Resync) \
-            else [decoded_stimulus]
+            return None
         resync = isinstance(decoded_stimulus, stimuli.Resync)
+        core_events: list[Any] = [] if resync else [decoded_stimulus]
     else:
         resync = False
         decoded = decode_change(key, event.value)
         if decoded.error is not None:
             await _dead_letter(rt, event, decoded.code, decoded.error)
-            return
+            return None
         if not decoded.events:
-            return
+            return None
         ident = decoded.entity
         core_events = decoded.events
     if ident is None or key is None:
         await _dead_letter(rt, event, "stream.bad_key", "message key is not {workspace, entity}")
-        return
-    rt.counters.events += 1
-    skey = state_key(*ident)
-    data = state.get(skey)
-    st = load_state(data) if data else EntityState(ident[0], ident[1])
-    now = rt.clock.now().timestamp()
-    if resync:
-        core_events = await _finished_runs(rt, st)
-    dispatched: list[Dispatch] = []
-    outcomes: list[Outcome] = []
-    queue = list(core_events)
-    while queue:
-        step = rt.engine.apply(st, queue.pop(0), now)
-        st = step.state
-        if step.duplicate:
-            rt.counters.duplicates += 1
-        dispatched.extend(step.dispatched)
-        outcomes.extend(step.outcomes)
-        if step.reload:  # an erasure needs prior heads the state forgot: read them now
-            queue[:0] = await _restore_slots(rt, st, step.reload)
-    state[skey] = dump_state(st)
-    rt.timers.set(msg.partition, key, rt.engine.next_wakeup(st))
-    # -- API request/reply (issue 7): a stimulus carrying a request_id gets the
-    # mailbox's answer recorded in PostgreSQL (wakeline.streams.replies).  `step` is
-    # the one step that applied it (a stimulus is one core event).
-    if core_events and msg.topic == topo.topics.stimuli.name:
-        from wakeline.streams import replies
+        return None
+    return ident, core_events, resync
 
-        replies.answer(rt, event.value, ident, step)
-    # -- end API request/reply
-    if TRACE:
-        trace("event", msg.topic, msg.partition, msg.offset, ident[1],
-              [type(e).__name__ + ":" + str(getattr(e, "job_id", "") or "") for e in core_events],
-              {n: (ds.w, ds.running.id if ds.running else None,
-                   ds.queued.id if ds.queued else None) for n, ds in st.ds.items()})
-    for d in dispatched:
-        trace("dispatch", d.job_id, msg.partition)
-        rt.counters.dispatched += 1
-        job = JobSpec(d.job_id, d.workspace, d.derivation, d.entity, tuple(d.reasons),
-                      d.run_after, 1, tuple(d.dedupe))
-        await derive_topic.send(key=entity_key(d.workspace, d.entity), value=job.to_json())
+
+async def _handle_batch(rt: Runtime, state: Any, derive_topic: Any, events: list[Any]) -> None:
+    """Apply a batch of messages: each entity's state is read and written once per batch
+    (one changelog message per entity, not per event), its messages applied in offset
+    order; outcomes go out in one batch.  Entities are independent, so grouping by
+    entity keeps every order that matters."""
+    groups: dict[tuple[str, str], list[tuple[Any, list[Any], bool]]] = {}
+    for event in events:
+        parsed = await _parse(rt, event)
+        if parsed is not None:
+            ident, core_events, resync = parsed
+            groups.setdefault(ident, []).append((event, core_events, resync))
+    if not groups:
+        return
+    stimuli_name = rt.topology.topics.stimuli.name
+    now = rt.clock.now().timestamp()
+    outcomes: list[Outcome] = []
+    for ident, items in groups.items():
+        skey = state_key(*ident)
+        data = state.get(skey)
+        st = load_state(data, *ident) if data else EntityState(ident[0], ident[1])
+        dispatched: list[Dispatch] = []
+        for event, core_events, resync in items:
+            rt.counters.events += 1
+            if resync:
+                core_events = await _finished_runs(rt, st)
+            queue = list(core_events)
+            step = None
+            while queue:
+                step = rt.engine.apply(st, queue.pop(0), now)
+                st = step.state
+                if step.duplicate:
+                    rt.counters.duplicates += 1
+                dispatched.extend(step.dispatched)
+                outcomes.extend(step.outcomes)
+                if step.reload:  # an erasure needs prior heads the state forgot: read them
+                    queue[:0] = await _restore_slots(rt, st, step.reload)
+            # API request/reply (issue 7): a stimulus carrying a request_id gets the
+            # mailbox's answer recorded in PostgreSQL (wakeline.streams.replies); a
+            # stimulus is one core event, so `step` is the one that applied it.
+            if core_events and step is not None and event.message.topic == stimuli_name:
+                from wakeline.streams import replies
+
+                replies.answer(rt, event.value, ident, step)
+            if TRACE:
+                msg = event.message
+                trace("event", msg.topic, msg.partition, msg.offset, ident[1],
+                      [type(e).__name__ + ":" + str(getattr(e, "job_id", "") or "")
+                       for e in core_events],
+                      {n: (ds.w, ds.running.id if ds.running else None,
+                           ds.queued.id if ds.queued else None) for n, ds in st.ds.items()})
+        state[skey] = dump_state(st)
+        last = items[-1][0]
+        rt.timers.set(last.message.partition, last.key, rt.engine.next_wakeup(st))
+        for d in dispatched:
+            trace("dispatch", d.job_id, last.message.partition)
+            rt.counters.dispatched += 1
+            job = JobSpec(d.job_id, d.workspace, d.derivation, d.entity, tuple(d.reasons),
+                          d.run_after, 1, tuple(d.dedupe))
+            await derive_topic.send(key=last.key, value=job.to_json())
     if outcomes:
         rt.outcomes.put(outcomes)
 
@@ -505,10 +574,10 @@ async def _run_job(rt: Runtime, job: JobSpec) -> None:
 
 
 def dump_state(st: EntityState) -> bytes:
-    # The table stores raw bytes: Faust's model codecs would need a Record class,
-    # and compact JSON keeps the changelog small.
-    return json.dumps(st.to_dict(), separators=(",", ":")).encode()
+    # The table stores raw bytes in the compact versioned form of wakeline.core.codec
+    # (about 130 B per entity; workspace and entity come from the key).
+    return encode_state(st)
 
 
-def load_state(data: bytes) -> EntityState:
-    return EntityState.from_dict(json.loads(data))
+def load_state(data: bytes, workspace: str, entity: str) -> EntityState:
+    return decode_state(data, workspace, entity)

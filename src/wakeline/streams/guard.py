@@ -114,9 +114,29 @@ async def contiguous(app: Any, stream: Any, guard: OffsetGuard) -> AsyncIterator
         verdict, to = guard.admit(tp, msg.offset, consumer._committed_offset.get(tp))
         if verdict == "ok":
             yield event
+            continue
+        if not stream.enable_acks:  # the agent acks what it handles; a skipped one here
+            await stream.ack(event)
+        if verdict == "seek":
+            assert to is not None
+            await consumer.seek(tp, to)
+
+
+async def admit_batch(app: Any, guard: OffsetGuard, events: list[Any]) -> list[Any]:
+    """The events of a batch (``stream.take_events``) that :class:`OffsetGuard` lets
+    through, in order; a jump seeks its partition back (the batch is acked whole by
+    Faust, and what was not let through comes again after the seek)."""
+    consumer = app.consumer
+    out = []
+    for event in events:
+        tp = event.message.tp
+        verdict, to = guard.admit(tp, event.message.offset, consumer._committed_offset.get(tp))
+        if verdict == "ok":
+            out.append(event)
         elif verdict == "seek":
             assert to is not None
             await consumer.seek(tp, to)
+    return out
 
 
 async def unstick_tails(app: Any, guards: Any, quiet_s: float = 3.0) -> int:

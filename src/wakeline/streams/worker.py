@@ -59,6 +59,10 @@ def run_worker(rt: Runtime, *, relay: bool = False, loglevel: str = "warn",
         async def _started() -> None:
             on_started(app)
     worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    # Faust's terminal spinner sets the root logger to DEBUG (its handler spins on every
+    # record), so every debug call of Faust and aiokafka built a LogRecord: about 8% of
+    # the conditions worker's CPU (py-spy, bench/stream_throughput.py).
+    worker.spinner = None
     try:
         worker.execute_from_commandline()
     finally:

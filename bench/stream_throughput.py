@@ -1,0 +1,181 @@
+"""Conditions throughput end to end: ready records/s through one worker process.
+
+The changes topic is loaded first (records written to PostgreSQL and relayed by the
+built-in relay, so the events are the real change envelopes), then ONE worker
+process with the ``conditions`` role consumes it: decode, apply to the entity's
+state (a changelogged Faust table), send coalesced jobs to the derive topic,
+record outcomes.  No derive worker runs, so later stimuli of an entity with a job
+in flight are coalesced into its queued job.  The figure is records/s from the
+worker's "ready" line until its counters have seen every record.
+
+References in the same run: the raw consume rate of the same topic with
+confluent-kafka (``consume(10000)``, no decoding) — the ceiling the issue names —
+and a bare Faust agent iterating the same topic doing nothing (bench/_faust_bare.py),
+the ceiling of any per-event Faust agent on this machine.
+
+    python bench/stream_throughput.py [--broker kafka|tansu|both] [--entities 100000]
+        [--records 200000] [--partitions 4] [--tiny]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _catalog import write as write_catalog  # noqa: E402
+from _stack import Services, Stack, cpu_seconds, machine, rss_bytes  # noqa: E402
+
+
+def rows(entities: int, records: int, seed: int = 7) -> list[dict[str, Any]]:
+    """The mixed workload of bench/core_throughput.py as records rows."""
+    rnd = random.Random(seed)
+    out = []
+    for _ in range(records):
+        e = f"user:{rnd.randrange(entities):07d}"
+        r = rnd.random()
+        if r < 0.8:
+            out.append({"entity": e, "collection": "main", "type": "chat",
+                        "content": {"priority": rnd.randint(0, 9),
+                                    "tags": rnd.sample(["deadline", "x", "y", "z"], 2)},
+                        "scores": {"importance": rnd.randint(0, 30)}})
+        elif r < 0.92:
+            out.append({"entity": e, "collection": "profiles",
+                        "key": rnd.choice(["role", "city"]),
+                        "content": {"value": rnd.choice(["a", "b", "c"])}})
+        else:
+            out.append({"entity": e, "collection": "relations", "type": "contradiction",
+                        "content": {"topic": "t"}})
+    return out
+
+
+def raw_consume(stack: Stack, expect: int) -> dict[str, float]:
+    """The ceiling: confluent-kafka reading the same topic, no decoding."""
+    from confluent_kafka import Consumer
+
+    topic = stack.topic("changes")
+    c = Consumer({"bootstrap.servers": stack.bootstrap, "group.id": f"raw-{topic}",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                  "log_level": 0})
+    c.subscribe([topic])
+    n = 0
+    t0 = None
+    deadline = time.monotonic() + 300
+    while n < expect and time.monotonic() < deadline:
+        batch = c.consume(10000, 0.5)
+        if batch and t0 is None:
+            t0 = time.perf_counter()
+        n += sum(1 for m in batch if m.error() is None)
+    dt = time.perf_counter() - (t0 or time.perf_counter())
+    c.close()
+    return {"n": n, "seconds": dt, "rate": n / dt if dt else float("nan")}
+
+
+def bare_faust(stack: Stack, expect: int) -> dict[str, float]:
+    """The Faust ceiling: an agent iterating the same topic and doing nothing."""
+    import os
+    import subprocess
+
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("_faust_bare.py")), "worker", "-l", "warn"],
+        capture_output=True, text=True, timeout=900,
+        env={**os.environ, "BARE_TOPIC": stack.topic("changes"), "BARE_BOOTSTRAP": stack.bootstrap,
+             "BARE_EXPECT": str(expect)})
+    for line in proc.stdout.splitlines():
+        if line.startswith("bare-result "):
+            return dict(json.loads(line.split(" ", 1)[1]))
+    raise RuntimeError("bare Faust agent gave no result:\n" + proc.stderr[-3000:])
+
+
+def run_worker(stack: Stack, expect: int, stats_interval: float = 0.1) -> dict[str, Any]:
+    w = stack.worker("conditions", env={"WAKELINE_STATS_INTERVAL": str(stats_interval)})
+    t_ready = w.wait_for("conditions ready", timeout=300)
+    cpu0 = cpu_seconds(w.pid)
+    idx = 0
+    t_done = None
+    last: dict[str, Any] = {}
+    deadline = time.monotonic() + 1800
+    peak_rss = 0
+    while time.monotonic() < deadline:
+        lines = w.lines[idx:]
+        idx += len(lines)
+        for line in lines:
+            if line.startswith("wakeline-stats "):
+                last = json.loads(line.split(" ", 1)[1])
+        peak_rss = max(peak_rss, rss_bytes(w.pid))
+        if last.get("events", 0) >= expect:
+            t_done = time.monotonic()
+            break
+        if w.proc.poll() is not None:
+            raise RuntimeError("worker exited:\n" + "\n".join(w.lines[-40:]))
+        time.sleep(0.05)
+    if t_done is None:
+        raise RuntimeError(f"worker saw {last.get('events')} of {expect} records")
+    cpu = cpu_seconds(w.pid) - cpu0
+    w.stop()
+    dt = t_done - t_ready
+    return {"seconds": dt, "rate": expect / dt, "jobs": last.get("dispatched", 0),
+            "batches": last.get("batches", 0),
+            "cpu": cpu, "cpu_pct": 100 * cpu / dt, "rss_mb": peak_rss / 2**20,
+            "by_outcome": last.get("by_outcome", {})}
+
+
+def bench(broker: str, args: argparse.Namespace, catalog: Path) -> dict[str, Any]:
+    with Services(broker) as svc:
+        stack = svc.stack(catalog, partitions=args.partitions)
+        t = time.perf_counter()
+        n = stack.load(rows(args.entities, args.records))
+        load_s = time.perf_counter() - t
+        raw = raw_consume(stack, n)
+        bare = bare_faust(stack, n)
+        res = run_worker(stack, n)
+        return {"broker": broker, "n": n, "load_s": load_s, "raw": raw, "bare": bare,
+                "worker": res}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--broker", choices=("kafka", "tansu", "both"), default="both")
+    ap.add_argument("--entities", type=int, default=100_000)
+    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--tiny", action="store_true", help="smoke run: Tansu, 200 entities, "
+                    "1,000 records")
+    ap.add_argument("--json", type=Path, help="also write the results as JSON here")
+    args = ap.parse_args()
+    if args.tiny:
+        args.broker, args.entities, args.records = "tansu", 200, 1000
+    catalog = write_catalog(Path(tempfile.mkdtemp(prefix="wl-bench-cat-")))
+    brokers = ("kafka", "tansu") if args.broker == "both" else (args.broker,)
+    results = [bench(b, args, catalog) for b in brokers]
+    print(f"machine: {machine()}; {args.entities:,} entities, {args.records:,} records, "
+          f"{args.partitions} partitions, one conditions worker process")
+    for r in results:
+        w, raw = r["worker"], r["raw"]
+        print(f"[{r['broker']}] loaded {r['n']:,} change events in {r['load_s']:.1f} s")
+        print(f"  raw consume (confluent-kafka): {raw['rate']:10,.0f} records/s")
+        print(f"  bare Faust agent (no work):    {r['bare']['rate']:10,.0f} records/s")
+        print(f"  conditions worker:             {w['rate']:10,.0f} records/s "
+              f"({w['seconds']:.1f} s, {w['jobs']:,} jobs, {w['batches']:,} batches, CPU {w['cpu_pct']:.0f}% of a core, "
+              f"peak RSS {w['rss_mb']:.0f} MiB)")
+        print(f"  outcomes: {w['by_outcome']}")
+    if args.json:
+        args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)},
+                                         "results": results}, indent=1, default=str))
+    print("ratio worker/raw consume: " + ", ".join(
+        f"{r['broker']} {r['worker']['rate'] / r['raw']['rate']:.4f}" for r in results)
+        + "; worker/bare Faust agent: " + ", ".join(
+        f"{r['broker']} {r['worker']['rate'] / r['bare']['rate']:.3f}" for r in results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
