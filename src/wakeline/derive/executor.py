@@ -5,13 +5,16 @@
 1. *claim*: upsert the job row as ``running`` (attempt n) unless it is already
    terminal — a redelivered finished job is answered ``duplicate`` and applies
    nothing;
-2. *read*: the cursor and the entity's driving-source rows (a short read);
+2. *read*: the cursor and the entity's driving-source rows (a short read, in the
+   same round trip as the claim);
 3. *call* the derivation function outside any transaction, with its timeout;
 4. *commit*, in ONE transaction: the emitted records (keyed upserts, retractions
    as tombstones, events), the watermark advance, the run row (sorted
    trigger_reasons, definition hashes) and the job's terminal state.  The
    cursor row is locked and checked against the watermark read in step 2, and
    ``runs (job_id, attempt)`` is unique, so a redelivered job cannot apply twice.
+   It is one round trip: prepared statements sent as one query, the check done
+   in SQL (see ``DeriveExecutor._commit``).
 
 Failures are classified (:func:`wakeline.derive.errors.classify`): transient ones
 return ``retry_in`` (exponential backoff) until the attempt budget is spent;
@@ -40,9 +43,94 @@ from wakeline.core.build import build_plan
 from wakeline.core.inputs import definition_hashes, record_dict, select_input
 from wakeline.core.plan import DerivationPlan, Plan, Rec
 from wakeline.derive.errors import RunTimeout, backoff, classify
-from wakeline.store.records import REC_COLUMNS, NewRecord, NoLiveHead, Store, row_to_rec
+from wakeline.store.records import REC_COLUMNS, row_to_rec
 
 TERMINAL = ("succeeded", "noop", "dead")
+
+# The statements of a job's two round trips, prepared once per connection (named
+# server-side prepared statements, see DeriveExecutor._connect) and sent as one
+# multi-statement query of EXECUTEs per round trip: one parse, no planning, one
+# network round trip, one implicit transaction.  name -> (parameter types, SQL).
+_STATEMENTS: dict[str, tuple[str, str]] = {
+    # -- claim and read ---------------------------------------------------------------
+    "wl_claim": (
+        "text, text, text, text, text[], timestamptz, integer, text, timestamptz",
+        "INSERT INTO jobs (job_id, workspace, derivation, entity, state, reasons, run_after, "
+        "attempts, dedupe_key, created_at, updated_at) VALUES ($1,$2,$3,$4,'running',$5,$6,"
+        "$7,$8,$9,$9) ON CONFLICT (job_id) DO UPDATE SET state = 'running', "
+        "attempts = EXCLUDED.attempts, updated_at = EXCLUDED.updated_at "
+        "WHERE jobs.state NOT IN ('succeeded', 'noop', 'dead') "
+        "AND jobs.attempts <= EXCLUDED.attempts RETURNING job_id"),
+    "wl_cursor": (
+        "text, text, text",
+        "SELECT watermark FROM derivation_cursors WHERE workspace = $1 AND derivation = $2 "
+        "AND entity = $3"),
+    "wl_records": (
+        "text, text, text[]",
+        f"SELECT {REC_COLUMNS} FROM records WHERE workspace = $1 AND entity = $2 "
+        "AND collection = ANY($3) ORDER BY seq"),
+    # ``changes`` mode: only the rows above the cursor's watermark.
+    "wl_records_since": (
+        "text, text, text[], text",
+        f"SELECT {REC_COLUMNS} FROM records WHERE workspace = $1 AND entity = $2 "
+        "AND collection = ANY($3) AND seq > COALESCE((SELECT watermark FROM "
+        "derivation_cursors WHERE workspace = $1 AND derivation = $4 AND entity = $2), 0) "
+        "ORDER BY seq"),
+    # -- commit (see DeriveExecutor._commit).  "The run row" is runs (job_id, attempt):
+    # it exists in the transaction only if the guard held. ------------------------------
+    "wl_ensure_cursor": (
+        "text, text, text",
+        "INSERT INTO derivation_cursors (workspace, derivation, entity) VALUES ($1,$2,$3) "
+        "ON CONFLICT DO NOTHING"),
+    "wl_lock_cursor": (
+        "text, text, text",
+        "SELECT watermark FROM derivation_cursors WHERE workspace = $1 AND derivation = $2 "
+        "AND entity = $3 FOR UPDATE"),
+    "wl_insert_run": (
+        "text, integer, text, text, text, text[], jsonb, text, timestamptz, timestamptz, "
+        "bigint, bigint, integer",
+        "INSERT INTO runs (job_id, attempt, workspace, derivation, entity, trigger_reasons, "
+        "definition_hashes, outcome, started_at, finished_at, watermark_before, "
+        "watermark_after, records_consumed) SELECT $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13 "
+        "FROM derivation_cursors c WHERE c.workspace = $3 AND c.derivation = $4 "
+        "AND c.entity = $5 AND c.watermark = $11 RETURNING run_id"),
+    "wl_emit": (
+        "text, text, text, integer, text, text, jsonb, text, timestamptz, timestamptz, text, "
+        "integer",
+        "INSERT INTO records (workspace, entity, collection, collection_version, type, key, "
+        "content, text, enriched_at, created_at, produced_by_run) SELECT $1,$2,$3,$4,$5,$6,"
+        "$7,$8,$9,$10, r.run_id FROM runs r WHERE r.job_id = $11 AND r.attempt = $12 "
+        "RETURNING seq"),
+    # Store.retract's tombstone, in two statements: the slot's advisory lock (its own
+    # statement, so the head read after it sees what the lock waited for), then a
+    # tombstone for the live head naming it as parent.
+    "wl_slot_lock": ("text", "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"),
+    "wl_retract": (
+        "integer, timestamptz, text, text, text, text, text, integer",
+        "INSERT INTO records (workspace, entity, collection, collection_version, type, "
+        "status, key, content, text, tombstone, parents, enriched_at, created_at, "
+        "produced_by_run) SELECT h.workspace, h.entity, h.collection, $1, h.type, 'active', "
+        "h.key, '{\"tombstone\": true}'::jsonb, '', true, ARRAY[h.seq], $2, $2, r.run_id "
+        "FROM (SELECT * FROM records WHERE workspace = $3 AND entity = $4 "
+        "AND collection = $5 AND key = $6 AND enriched_at IS NOT NULL AND status = 'active' "
+        "ORDER BY seq DESC LIMIT 1) h, runs r "
+        "WHERE r.job_id = $7 AND r.attempt = $8 AND NOT h.tombstone RETURNING seq"),
+    "wl_finish_job": (
+        "text, timestamptz, text, integer",
+        "UPDATE jobs SET state = $1, last_error = NULL, error_kind = NULL, updated_at = $2 "
+        "WHERE job_id = $3 AND EXISTS (SELECT 1 FROM runs r WHERE r.job_id = $3 "
+        "AND r.attempt = $4)"),
+    "wl_advance": (
+        "bigint, timestamptz, text, text, integer, text, text, text",
+        "UPDATE derivation_cursors c SET watermark = $1, last_run_at = $2, "
+        "last_success_at = $2, at_handled_through = $2, last_run_id = r.run_id, "
+        "advance_count = c.advance_count + 1, last_outcome = $3, last_job_id = $4, "
+        "updated_at = $2 FROM runs r WHERE r.job_id = $4 AND r.attempt = $5 "
+        "AND c.workspace = $6 AND c.derivation = $7 AND c.entity = $8"),
+}
+#: ``EXECUTE name(%s, ...)`` for each statement (parameters bound client-side).
+_EXECUTE = {name: f"EXECUTE {name}({', '.join(['%s'] * len(types.split(',')))})"
+            for name, (types, _) in _STATEMENTS.items()}
 
 
 @dataclass(frozen=True)
@@ -101,7 +189,7 @@ class DeriveExecutor:
         self.max_attempts = max_attempts
         self.backoff_base = backoff_base
         self.fail = fail
-        self.conn = psycopg.connect(dsn, autocommit=True)
+        self.conn = self._connect()
         self._functions: dict[str, Callable[..., Any]] = {}
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="derive")
         self._trigger_hashes = {n: t.hash for n, t in self.plan.triggers.items()}
@@ -115,7 +203,19 @@ class DeriveExecutor:
         try:
             self.conn.close()
         finally:
-            self.conn = psycopg.connect(self.dsn, autocommit=True)
+            self.conn = self._connect()
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        """An autocommit connection with the job statements prepared (once per session;
+        they need a direct connection, not a transaction-pooling proxy)."""
+        conn = psycopg.connect(self.dsn, autocommit=True)
+        try:
+            for name, (types, sql) in _STATEMENTS.items():
+                conn.execute(f"PREPARE {name} ({types}) AS {sql}")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     # -- the job --------------------------------------------------------------------
 
@@ -127,9 +227,9 @@ class DeriveExecutor:
     def _execute(self, job: JobSpec) -> RunResult:
         d = self.plan.derivations[job.derivation]
         started = self.clock.now()
-        if not self._claim(job, started):
+        claimed, watermark, rows = self._claim_and_read(job, d, started)
+        if not claimed:
             return RunResult(job.job_id, job.attempt, "duplicate", started_at=started)
-        watermark, rows = self._read(job, d)
         inp = select_input(d, rows, watermark)
         noop = inp.is_empty() and not d.allow_empty
         emissions: list[dict[str, Any]] = []
@@ -145,33 +245,29 @@ class DeriveExecutor:
         return self._commit(job, d, watermark, inp.watermark_after, len(inp.consumed),
                             emissions, "noop" if noop else "succeeded", started, finished)
 
-    def _claim(self, job: JobSpec, now: datetime) -> bool:
-        row = self.conn.execute(
-            "INSERT INTO jobs (job_id, workspace, derivation, entity, state, reasons, run_after,"
-            " attempts, dedupe_key, created_at, updated_at) VALUES (%s,%s,%s,%s,'running',%s,%s,"
-            "%s,%s,%s,%s) ON CONFLICT (job_id) DO UPDATE SET state = 'running', "
-            "attempts = EXCLUDED.attempts, updated_at = EXCLUDED.updated_at "
-            "WHERE jobs.state NOT IN ('succeeded', 'noop', 'dead') "
-            "AND jobs.attempts <= EXCLUDED.attempts RETURNING job_id",
-            (job.job_id, job.workspace, job.derivation, job.entity, sorted(job.reasons),
-             datetime.fromtimestamp(job.run_after, UTC) if job.run_after else None,
-             job.attempt, job.dedupe[0] if job.dedupe else None, now, now),
-        ).fetchone()
-        return row is not None
+    def _claim_and_read(self, job: JobSpec, d: DerivationPlan,
+                        now: datetime) -> tuple[bool, int, list[Rec]]:
+        """Claim the job and read its cursor and the entity's driving-source rows.
 
-    def _read(self, job: JobSpec, d: DerivationPlan) -> tuple[int, list[Rec]]:
-        cur = self.conn.execute(
-            "SELECT watermark FROM derivation_cursors WHERE workspace = %s AND derivation = %s "
-            "AND entity = %s", (job.workspace, job.derivation, job.entity)).fetchone()
-        watermark = int(cur[0]) if cur else 0
+        One round trip: the three statements go out as one query (one implicit
+        transaction, so the reads see the claim).  A job that is not claimed
+        (already terminal, or a newer attempt holds it) reads for nothing, which
+        is rare and cheaper than a second round trip on every job.
+        """
         names = sorted({n for n, _ in d.source.collections})
-        since = watermark if d.mode == "changes" else 0
-        with self.conn.cursor(row_factory=dict_row) as c:
-            rows = c.execute(
-                f"SELECT {REC_COLUMNS} FROM records WHERE workspace = %s AND entity = %s "
-                "AND collection = ANY(%s) AND seq > %s ORDER BY seq",
-                (job.workspace, job.entity, names, since)).fetchall()
-        return watermark, [row_to_rec(r) for r in rows]
+        key = (job.workspace, job.derivation, job.entity)
+        rows = self._run([
+            ("wl_claim", (job.job_id, job.workspace, job.derivation, job.entity,
+                          sorted(job.reasons),
+                          datetime.fromtimestamp(job.run_after, UTC) if job.run_after else None,
+                          job.attempt, job.dedupe[0] if job.dedupe else None, now)),
+            ("wl_cursor", key),
+            ("wl_records_since", (job.workspace, job.entity, names, job.derivation))
+            if d.mode == "changes" else ("wl_records", (job.workspace, job.entity, names)),
+        ], all_rows_of=2)
+        claimed, cursor, records = rows
+        watermark = int(cursor[0]["watermark"]) if cursor else 0
+        return bool(claimed), watermark, [row_to_rec(r) for r in records]
 
     def _function(self, d: DerivationPlan) -> Callable[..., Any]:
         fn = self._functions.get(d.name)
@@ -200,37 +296,94 @@ class DeriveExecutor:
     def _commit(self, job: JobSpec, d: DerivationPlan, watermark: int, after: int,
                 consumed: int, emissions: list[dict[str, Any]], outcome: str,
                 started: datetime, finished: datetime) -> RunResult:
+        """Apply the run in one transaction and one round trip.
+
+        The statements go out as one query (prepared, see ``_STATEMENTS``) and are
+        guarded in SQL rather than by a check in between: the cursor row is locked
+        first, the run row is inserted only if the locked watermark is still the
+        one this run read, and every later write (emissions, job, cursor advance)
+        joins on that run row, so a moved cursor writes nothing and the
+        transaction commits empty.  The order of the changes (emissions before the
+        cursor advance) is what CDC sees.
+        """
         result = RunResult(job.job_id, job.attempt, outcome, watermark_before=watermark,
                            watermark_after=after, records_consumed=consumed,
                            started_at=started, finished_at=finished)
+        key = (job.workspace, job.derivation, job.entity)
+        run_key = (job.job_id, job.attempt)
+        statements: list[tuple[str, tuple[Any, ...]]] = [
+            ("wl_ensure_cursor", key),
+            ("wl_lock_cursor", key),
+            ("wl_insert_run", (
+                job.job_id, job.attempt, job.workspace, job.derivation, job.entity,
+                sorted(job.reasons),
+                Jsonb(definition_hashes(self.plan.catalog_hash, d, self._trigger_hashes,
+                                        job.reasons)),
+                outcome, started, finished, watermark, after, consumed)),
+        ]
+        emitted: list[int] = []  # the index of the statement returning each emission's seq
+        for em in emissions:
+            statements.extend(self._emit(job, em, finished, run_key))
+            emitted.append(len(statements) - 1)
+        statements.append(("wl_finish_job", (outcome, finished) + run_key))
+        statements.append(("wl_advance", (after, finished, outcome) + run_key + key))
         try:
-            with self.conn.transaction():
-                current = self._lock_cursor(job)
-                if current != watermark:
-                    # Another run of this mailbox moved the cursor since we read it:
-                    # re-read and re-run rather than apply over it.
-                    raise _Conflict(current)
-                run_id = self._insert_run(job, d, result, None, None)
-                result.run_id = run_id
-                store = Store(self.conn, _FixedClock(finished))
-                for em in emissions:
-                    seq = self._emit(store, job, em, run_id)
-                    if seq is not None:
-                        result.emitted.append(seq)
-                self.conn.execute(
-                    "UPDATE derivation_cursors SET watermark = %s, last_run_at = %s, "
-                    "last_success_at = %s, at_handled_through = %s, last_run_id = %s, "
-                    "advance_count = advance_count + 1, last_outcome = %s, last_job_id = %s, "
-                    "updated_at = %s WHERE workspace = %s AND derivation = %s AND entity = %s",
-                    (after, finished, finished, finished, run_id, outcome, job.job_id, finished,
-                     job.workspace, job.derivation, job.entity))
-                self._finish_job(job, outcome, None, None, finished)
+            rows = self._run(statements)
         except psycopg.errors.UniqueViolation:
             return RunResult(job.job_id, job.attempt, "duplicate", started_at=started)
-        except _Conflict:
-            return self._fail(job, d, watermark, started, finished,
-                              RuntimeError("cursor moved during the run"), kind="transient")
+        locked, run_row = rows[1], rows[2]
+        if not run_row:
+            # Another run of this mailbox moved the cursor since we read it: nothing
+            # was applied; re-read and re-run rather than apply over it.
+            moved = (f"cursor moved during the run ({watermark} -> "
+                     f"{locked[0]['watermark'] if locked else 0})")
+            return self._fail(job, d, watermark, started, finished, RuntimeError(moved),
+                              kind="transient")
+        result.run_id = int(run_row[0]["run_id"])
+        result.emitted = [int(rows[i][0]["seq"]) for i in emitted if rows[i]]
         return result
+
+    def _run(self, statements: list[tuple[str, tuple[Any, ...]]],
+             all_rows_of: int | None = None) -> list[list[dict[str, Any]]]:
+        """Execute prepared ``statements`` as ONE query: one round trip, one implicit
+        transaction (the connection is in autocommit, so a failing statement rolls
+        back them all).  Returns each statement's rows: the first one only (or
+        none), except for the statement at index ``all_rows_of``."""
+        sql = "; ".join(_EXECUTE[name] for name, _ in statements)
+        params = tuple(p for _, ps in statements for p in ps)
+        out: list[list[dict[str, Any]]] = []
+        with psycopg.ClientCursor(self.conn, row_factory=dict_row) as cur:
+            cur.execute(sql, params)
+            for i in range(len(statements)):
+                if i:
+                    cur.nextset()
+                res = cur.pgresult
+                if res is None or res.status != psycopg.pq.ExecStatus.TUPLES_OK:
+                    out.append([])
+                elif i == all_rows_of:
+                    out.append(cur.fetchall())
+                else:
+                    row = cur.fetchone()
+                    out.append([row] if row is not None else [])
+        return out
+
+    def _emit(self, job: JobSpec, em: Mapping[str, Any], now: datetime,
+              run_key: tuple[str, int]) -> list[tuple[str, tuple[Any, ...]]]:
+        """The statements writing one emission, produced by the run ``run_key`` names;
+        the last one returns the new row's seq (or nothing)."""
+        coll = self.catalog.collections[em["collection"]]
+        version = coll.active_version
+        if em.get("retract"):
+            # Retracting an absent value is already true and writes nothing.
+            slot = f"{job.workspace}\x1f{job.entity}\x1f{coll.name}\x1f{em['key']}"
+            return [("wl_slot_lock", (slot,)),
+                    ("wl_retract", (version, now, job.workspace, job.entity, coll.name,
+                                    em["key"]) + run_key)]
+        # Emitted rows need enrichment only when their collection declares it.
+        needs = bool(coll.scorers) or any(a.required for a in coll.annotators.values())
+        return [("wl_emit", (job.workspace, job.entity, coll.name, version, em.get("type", ""),
+                             em.get("key"), Jsonb(dict(em.get("content") or {})),
+                             em.get("text", ""), None if needs else now, now) + run_key)]
 
     def _lock_cursor(self, job: JobSpec) -> int:
         self.conn.execute(
@@ -263,23 +416,6 @@ class DeriveExecutor:
         self.conn.execute(
             "UPDATE jobs SET state = %s, last_error = %s, error_kind = %s, updated_at = %s "
             "WHERE job_id = %s", (state, error, kind, now, job.job_id))
-
-    def _emit(self, store: Store, job: JobSpec, em: Mapping[str, Any], run_id: int) -> int | None:
-        coll = self.catalog.collections[em["collection"]]
-        version = coll.active_version
-        if em.get("retract"):
-            try:
-                return store.retract(job.workspace, job.entity, coll.name, em["key"],
-                                     collection_version=version, produced_by_run=run_id)
-            except NoLiveHead:
-                return None  # retracting an absent value is already true
-        # Emitted rows need enrichment only when their collection declares it.
-        needs = bool(coll.scorers) or any(a.required for a in coll.annotators.values())
-        return store.insert_record(NewRecord(
-            workspace=job.workspace, entity=job.entity, collection=coll.name,
-            collection_version=version, type=em.get("type", ""), key=em.get("key"),
-            content=em.get("content") or {}, text=em.get("text", ""), ready=not needs,
-            produced_by_run=run_id))
 
     # -- failure ----------------------------------------------------------------------------
 
@@ -314,19 +450,3 @@ class DeriveExecutor:
         return (f"{result.job_id} attempt {result.attempt}: {result.outcome} "
                 f"(watermark {result.watermark_before}→{result.watermark_after}, "
                 f"{result.records_consumed} consumed, finished {iso(result.finished_at)})")
-
-
-class _Conflict(Exception):
-    def __init__(self, current: int) -> None:
-        super().__init__(f"cursor is at {current}")
-        self.current = current
-
-
-class _FixedClock:
-    """The run's commit instant, so every emitted row carries the same created_at."""
-
-    def __init__(self, at: datetime) -> None:
-        self.at = at
-
-    def now(self) -> datetime:
-        return self.at
