@@ -16,7 +16,9 @@ the same database: a bare psycopg 3 loop doing the same reads and writes per job
 in one transaction (job row, cursor read, records read, run row, output row,
 cursor upsert) with nothing else; ``ratio = executor / bare``.  Every scenario
 uses its own derivation name (fresh cursors) and is repeated ``--rounds`` times
-interleaved with its reference; the best round of each is reported.
+interleaved with its reference; the best round of each is reported, with the
+CPU it cost per job in this process (client) and in the workers' PostgreSQL
+backends (server, read from /proc: the embedded server runs on this machine).
 
     python bench/derive_throughput.py [--entities 3000] [--records 2] [--rounds 3] [--tiny]
 """
@@ -24,6 +26,7 @@ interleaved with its reference; the best round of each is reported.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import textwrap
@@ -88,11 +91,23 @@ def write_catalog(root: Path, rounds: int) -> Path:
     return root
 
 
+def backend_cpu(pid: int) -> float | None:
+    """CPU seconds of a PostgreSQL backend process (same machine), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run_threads(threads: int, jobs: list[Any], make: Callable[[], Any],
-                work: Callable[[Any, Any], None]) -> tuple[float, float]:
-    """Run ``jobs`` split over ``threads`` workers (each with its own ``make()``);
-    returns (wall seconds, this process's CPU seconds)."""
+                work: Callable[[Any, Any], None]) -> tuple[float, float, float | None]:
+    """Run ``jobs`` split over ``threads`` workers (each with its own ``make()``, which
+    has a ``conn``); returns (wall seconds, this process's CPU seconds, the workers'
+    PostgreSQL backends' CPU seconds or None)."""
     workers = [make() for _ in range(threads)]
+    pids = [w.conn.info.backend_pid for w in workers]
     errors: list[BaseException] = []
 
     def loop(w: Any, part: list[Any]) -> None:
@@ -102,19 +117,25 @@ def run_threads(threads: int, jobs: list[Any], make: Callable[[], Any],
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
+    def server() -> float | None:
+        cpu = [backend_cpu(p) for p in pids]
+        return None if None in cpu else sum(c for c in cpu if c is not None)
+
     ts = [threading.Thread(target=loop, args=(w, jobs[i::threads]))
           for i, w in enumerate(workers)]
+    s0 = server()
     c0, t0 = time.process_time(), time.perf_counter()
     for t in ts:
         t.start()
     for t in ts:
         t.join()
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    s1 = server()
     for w in workers:
         w.close()
     if errors:
         raise errors[0]
-    return wall, cpu
+    return wall, cpu, (s1 - s0) if s0 is not None and s1 is not None else None
 
 
 class Bare:
@@ -201,7 +222,8 @@ def main() -> int:
     from wakeline.store.records import NewRecord
 
     entities = [f"user:{i:07d}" for i in range(a.entities)]
-    best: dict[tuple[str, str, int], tuple[float, float]] = {}  # (side, kind, threads)
+    # (side, kind, threads) -> (wall, client CPU, server CPU) of the best round
+    best: dict[tuple[str, str, int], tuple[float, float, float | None]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         root.chmod(0o755)  # the embedded server may run as another user
@@ -238,10 +260,10 @@ def main() -> int:
                                      lambda b, job: b.run("bare_" + job.derivation, job.entity)),
                         }
                         for side, (make, fn) in sides.items():
-                            wall, cpu = run_threads(threads, jobs, make, fn)
+                            wall, cpu, server = run_threads(threads, jobs, make, fn)
                             key = (side, kind, threads)
                             if key not in best or wall < best[key][0]:
-                                best[key] = (wall, cpu)
+                                best[key] = (wall, cpu, server)
                         bad = [o for o in outcomes if o != "succeeded"]
                         if bad:
                             print(f"unexpected outcomes in {name}: {sorted(set(bad))}",
@@ -252,18 +274,23 @@ def main() -> int:
 
     n = a.entities
     print(f"entities={n} records/entity={a.records} rounds={a.rounds} (best round shown; "
-          "client CPU = this process, ms per job)")
-    print(f"{'derivation':<10} {'threads':>7} {'executor jobs/s':>16} {'cpu ms':>7} "
-          f"{'bare jobs/s':>12} {'cpu ms':>7} {'ratio':>6}")
+          "CPU in ms per job: client = this process, server = the workers' PostgreSQL "
+          "backends)")
+    print(f"{'derivation':<10} {'threads':>7} {'executor jobs/s':>16} {'client':>7} "
+          f"{'server':>7} {'bare jobs/s':>12} {'client':>7} {'server':>7} {'ratio':>6}")
+
+    def ms(sec: float | None) -> str:
+        return f"{1000 * sec / n:>7.3f}" if sec is not None else f"{'?':>7}"
+
     ratios = []
     for kind in KINDS:
         for threads in THREADS:
-            ew, ec = best[("executor", kind, threads)]
-            bw, bc = best[("bare", kind, threads)]
+            ew, ec, es = best[("executor", kind, threads)]
+            bw, bc, bs = best[("bare", kind, threads)]
             ratio = (n / ew) / (n / bw)
             ratios.append(f"{kind} {threads}t {ratio:.2f}")
-            print(f"{kind:<10} {threads:>7} {n / ew:>16,.0f} {1000 * ec / n:>7.3f} "
-                  f"{n / bw:>12,.0f} {1000 * bc / n:>7.3f} {ratio:>6.2f}")
+            print(f"{kind:<10} {threads:>7} {n / ew:>16,.0f} {ms(ec)} {ms(es)} "
+                  f"{n / bw:>12,.0f} {ms(bc)} {ms(bs)} {ratio:>6.2f}")
     print("ratio executor/bare: " + ", ".join(ratios))
     return 0
 
