@@ -1,68 +1,145 @@
 """The time index: which entities need a tick, found at O(due) cost.
 
-One heap per assigned partition of ``(due, key)`` with lazy deletion (the latest
-due per key wins).  Rebuilt from the state table when partitions are assigned;
+One heap per assigned partition of ``(due, key, partition)`` with lazy deletion
+(the latest registration of a key wins).  Rebuilt from the state table when partitions are assigned;
 dropped when they are revoked.  ``pop_due(now)`` returns each due key once and
 marks it in flight until the agent processes its tick and re-registers the
 entity's next wakeup.
+
+Costs, with N pending keys and D due: ``set`` is O(log N); ``pop_due`` is
+O((D + S) log N + P) where S counts the superseded entries that come due and P
+the assigned partitions — never O(N), nor O(keys in flight): a tick whose
+processing never re-registered its key is found again through a FIFO of send
+times (O(1) amortised per tick sent).  Superseded entries (a debounce moved by
+every record) are compacted away once they outnumber the live ones in a
+partition, so the heaps hold O(pending) entries however often deadlines move
+(amortised O(1) per ``set``).
 """
 
 from __future__ import annotations
 
 import heapq
+from collections import deque
+from collections.abc import Collection
+
+#: A partition's heap is rebuilt when its superseded entries exceed its live ones
+#: plus this many (small heaps are not worth compacting).
+COMPACT_SLACK = 1024
+
+
+#: A heap entry: (due, key, partition).  The key's current registration is the very
+#: tuple ``TimerIndex._entry[key]`` (compared by identity); any other entry of the
+#: key is superseded.
+Entry = tuple[float, bytes, int]
 
 
 class TimerIndex:
     def __init__(self) -> None:
-        self._heaps: dict[int, list[tuple[float, bytes]]] = {}
-        self._due: dict[bytes, float] = {}
-        self._partition: dict[bytes, int] = {}
-        self._inflight: dict[bytes, float] = {}
+        self._heaps: dict[int, list[Entry]] = {}
+        self._stale: dict[int, int] = {}  # superseded entries per partition heap
+        self._entry: dict[bytes, Entry] = {}  # key -> its current registration
+        self._inflight: dict[bytes, float] = {}  # key -> when its tick was sent
+        self._sent: deque[tuple[float, bytes]] = deque()  # (sent, key), oldest first
         self.resend_after = 30.0
 
     def __len__(self) -> int:
-        return len(self._due)
+        return len(self._entry)
 
     def set(self, partition: int, key: bytes, due: float | None) -> None:
-        self._inflight.pop(key, None)
+        was_inflight = self._inflight.pop(key, None) is not None
+        cur = self._entry.get(key)
+        if cur is not None and not was_inflight:
+            if cur[0] == due and cur[2] == partition:
+                return
+            # The key's live heap entry is superseded by this call.
+            self._stale[cur[2]] = self._stale.get(cur[2], 0) + 1
         if due is None:
-            self._due.pop(key, None)
+            if cur is not None:
+                del self._entry[key]
             return
-        if self._due.get(key) == due:
-            return
-        self._due[key] = due
-        self._partition[key] = partition
-        heapq.heappush(self._heaps.setdefault(partition, []), (due, key))
+        entry = self._entry[key] = (due, key, partition)
+        heapq.heappush(self._heaps.setdefault(partition, []), entry)
+        self._maybe_compact(partition)
 
-    def drop_partitions(self, partitions: set[int]) -> None:
+    def drop_partitions(self, partitions: Collection[int]) -> None:
         for p in partitions:
-            for _, key in self._heaps.pop(p, []):
-                if self._partition.get(key) == p:
-                    self._due.pop(key, None)
-                    self._partition.pop(key, None)
-                    self._inflight.pop(key, None)
+            self._stale.pop(p, None)
+            for entry in self._heaps.pop(p, []):
+                if self._entry.get(entry[1]) is entry:
+                    self._forget(entry[1])
+        # Keys in flight have no heap entry: find the dropped ones among them.
+        for key in [k for k in self._inflight if self._entry[k][2] in partitions]:
+            self._forget(key)
 
     def pop_due(self, now: float, limit: int = 10_000) -> list[bytes]:
+        """The keys due at ``now``, earliest first, at most ``limit``; each is in flight
+        until ``set`` re-registers it (or sent again after ``resend_after``)."""
         out: list[bytes] = []
-        # A tick whose processing never re-registered the key is sent again.
-        for key, sent in list(self._inflight.items()):
-            if now - sent >= self.resend_after and key in self._due:
+        self._resend(now, limit, out)
+        heads = [(h[0][0], p) for p, h in self._heaps.items() if h and h[0][0] <= now]
+        heapq.heapify(heads)
+        while heads and len(out) < limit:
+            p = heads[0][1]
+            heap = self._heaps[p]
+            entry = heapq.heappop(heap)
+            if self._live(entry):
+                key = entry[1]
                 self._inflight[key] = now
+                self._sent.append((now, key))
                 out.append(key)
-        for heap in self._heaps.values():
-            while heap and heap[0][0] <= now and len(out) < limit:
-                due, key = heapq.heappop(heap)
-                if self._due.get(key) != due or key in self._inflight:
-                    continue  # superseded entry
-                self._inflight[key] = now
-                out.append(key)
+            else:
+                self._stale[p] -= 1  # a superseded entry
+            if heap and heap[0][0] <= now:
+                heapq.heapreplace(heads, (heap[0][0], p))
+            else:
+                heapq.heappop(heads)
         return out
 
     def next_due(self) -> float | None:
         best = None
-        for heap in self._heaps.values():
-            while heap and self._due.get(heap[0][1]) != heap[0][0]:
+        for p, heap in self._heaps.items():
+            while heap and not self._live(heap[0]):
                 heapq.heappop(heap)
+                self._stale[p] -= 1
             if heap and (best is None or heap[0][0] < best):
                 best = heap[0][0]
         return best
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _live(self, entry: Entry) -> bool:
+        """Is this heap entry its key's current registration (not superseded)?"""
+        return self._entry.get(entry[1]) is entry and entry[1] not in self._inflight
+
+    def _forget(self, key: bytes) -> None:
+        self._entry.pop(key, None)
+        self._inflight.pop(key, None)
+
+    def _resend(self, now: float, limit: int, out: list[bytes]) -> None:
+        """A tick whose processing never re-registered the key is sent again.
+
+        ``_sent`` is in send order; entries of keys re-registered since are dropped
+        from its front as they are met, so it holds the ticks sent since the oldest
+        one still in flight (in steady state: about the ticks in flight)."""
+        sent = self._sent
+        while sent:
+            at, key = sent[0]
+            if self._inflight.get(key) != at:
+                sent.popleft()  # re-registered (or sent again) since
+                continue
+            if now - at < self.resend_after or len(out) >= limit:
+                return
+            sent.popleft()
+            self._inflight[key] = now
+            sent.append((now, key))
+            out.append(key)
+
+    def _maybe_compact(self, p: int) -> None:
+        heap = self._heaps[p]
+        stale = self._stale.get(p, 0)
+        if stale <= len(heap) - stale + COMPACT_SLACK:
+            return
+        live = [entry for entry in heap if self._live(entry)]
+        heapq.heapify(live)
+        self._heaps[p] = live
+        self._stale[p] = 0
