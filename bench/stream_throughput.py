@@ -94,37 +94,110 @@ def bare_faust(stack: Stack, expect: int) -> dict[str, float]:
     raise RuntimeError("bare Faust agent gave no result:\n" + proc.stderr[-3000:])
 
 
-def run_worker(stack: Stack, expect: int, stats_interval: float = 0.1) -> dict[str, Any]:
-    w = stack.worker("conditions", env={"WAKELINE_STATS_INTERVAL": str(stats_interval)})
-    t_ready = w.wait_for("conditions ready", timeout=300)
-    cpu0 = cpu_seconds(w.pid)
-    idx = 0
+def run_workers(stack: Stack, expect: int, workers: int = 1,
+                stats_interval: float = 0.1) -> dict[str, Any]:
+    """``workers`` conditions processes; records/s over what they process after the last
+    one is ready (with several, the earlier ones start before: what they did until the
+    last one's recovery and a 2 s settle is not counted)."""
+    env = {"WAKELINE_STATS_INTERVAL": str(stats_interval)}
+    ws = []
+    for _ in range(workers):
+        w = stack.worker("conditions", env=env)
+        w.wait_for("conditions ready", timeout=300)
+        ws.append(w)
+    if workers > 1:
+        time.sleep(2.0)
+    last: list[dict[str, Any]] = [{} for _ in ws]
+    idx = [0] * len(ws)
+
+    ends = stack.end_offsets(stack.topic("changes"))
+
+    def poll() -> int:
+        """Records handled: a worker's own counter, or with several (a rebalance replays
+        from the last commit, so counters overlap) the group's committed offsets."""
+        for i, w in enumerate(ws):
+            lines = w.lines[idx[i]:]
+            idx[i] += len(lines)
+            for line in lines:
+                if line.startswith("wakeline-stats "):
+                    last[i] = json.loads(line.split(" ", 1)[1])
+            if w.proc.poll() is not None:
+                raise RuntimeError("worker exited:\n" + "\n".join(w.lines[-40:]))
+        if workers == 1:
+            return sum(x.get("events", 0) for x in last)
+        done = stack.committed(stack.app_id, stack.topic("changes"))
+        return expect - sum(max(0, end - max(0, done.get(p, 0))) for p, end in ends.items())
+
+    t0 = time.monotonic()
+    before = poll()
+    cpu0 = sum(cpu_seconds(w.pid) for w in ws)
     t_done = None
-    last: dict[str, Any] = {}
-    deadline = time.monotonic() + 1800
+    deadline = t0 + 1800
     peak_rss = 0
     while time.monotonic() < deadline:
-        lines = w.lines[idx:]
-        idx += len(lines)
-        for line in lines:
-            if line.startswith("wakeline-stats "):
-                last = json.loads(line.split(" ", 1)[1])
-        peak_rss = max(peak_rss, rss_bytes(w.pid))
-        if last.get("events", 0) >= expect:
+        seen = poll()
+        peak_rss = max(peak_rss, max(rss_bytes(w.pid) for w in ws))
+        if seen >= expect:
             t_done = time.monotonic()
             break
-        if w.proc.poll() is not None:
-            raise RuntimeError("worker exited:\n" + "\n".join(w.lines[-40:]))
         time.sleep(0.05)
     if t_done is None:
-        raise RuntimeError(f"worker saw {last.get('events')} of {expect} records")
-    cpu = cpu_seconds(w.pid) - cpu0
-    w.stop()
-    dt = t_done - t_ready
-    return {"seconds": dt, "rate": expect / dt, "jobs": last.get("dispatched", 0),
-            "batches": last.get("batches", 0),
+        raise RuntimeError(f"workers saw {poll()} of {expect} records")
+    cpu = sum(cpu_seconds(w.pid) for w in ws) - cpu0
+    for w in ws:
+        w.stop()
+    dt = t_done - t0
+    measured = expect - before
+    by_outcome: dict[str, int] = {}
+    for x in last:
+        for k, v in x.get("by_outcome", {}).items():
+            by_outcome[k] = by_outcome.get(k, 0) + v
+    return {"workers": workers, "seconds": dt, "measured": measured, "rate": measured / dt,
+            "jobs": sum(x.get("dispatched", 0) for x in last),
+            "batches": sum(x.get("batches", 0) for x in last),
             "cpu": cpu, "cpu_pct": 100 * cpu / dt, "rss_mb": peak_rss / 2**20,
-            "by_outcome": last.get("by_outcome", {})}
+            "by_outcome": by_outcome}
+
+
+def sweep(args: argparse.Namespace, catalog: Path) -> list[dict[str, Any]]:
+    """records/s against partitions and workers (Kafka), drawn to bench/results/."""
+    out = []
+    with Services(args.broker if args.broker != "both" else "kafka") as svc:
+        for parts in args.sweep_partitions:
+            for workers in args.sweep_workers:
+                if workers > parts:
+                    continue
+                stack = svc.stack(catalog, partitions=parts)
+                n = stack.load(rows(args.entities, args.records))
+                res = run_workers(stack, n, workers)
+                res["partitions"] = parts
+                out.append(res)
+                print(f"  {parts} partitions, {workers} workers: {res['rate']:8,.0f} records/s "
+                      f"(CPU {res['cpu_pct']:.0f}%)", flush=True)
+                stack.stop()
+    return out
+
+
+def draw_sweep(points: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for workers in sorted({p["workers"] for p in points}):
+        pts = sorted((p["partitions"], p["rate"]) for p in points if p["workers"] == workers)
+        ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o",
+                label=f"{workers} worker process{'es' if workers > 1 else ''}")
+    ax.set_xlabel("partitions of the changes topic")
+    ax.set_ylabel("ready records/s (all workers)")
+    ax.set_title("Conditions throughput, Apache Kafka, 2-core machine")
+    ax.set_ylim(bottom=0)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
 
 
 def bench(broker: str, args: argparse.Namespace, catalog: Path) -> dict[str, Any]:
@@ -135,7 +208,7 @@ def bench(broker: str, args: argparse.Namespace, catalog: Path) -> dict[str, Any
         load_s = time.perf_counter() - t
         raw = raw_consume(stack, n)
         bare = bare_faust(stack, n)
-        res = run_worker(stack, n)
+        res = run_workers(stack, n, args.workers)
         return {"broker": broker, "n": n, "load_s": load_s, "raw": raw, "bare": bare,
                 "worker": res}
 
@@ -149,15 +222,29 @@ def main() -> int:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--tiny", action="store_true", help="smoke run: Tansu, 200 entities, "
                     "1,000 records")
+    ap.add_argument("--workers", type=int, default=1, help="conditions worker processes")
     ap.add_argument("--json", type=Path, help="also write the results as JSON here")
+    ap.add_argument("--sweep", type=Path, metavar="PNG",
+                    help="instead: records/s against partitions and workers, drawn here")
+    ap.add_argument("--sweep-partitions", type=int, nargs="+", default=[1, 2, 4, 8])
+    ap.add_argument("--sweep-workers", type=int, nargs="+", default=[1, 2])
     args = ap.parse_args()
     if args.tiny:
         args.broker, args.entities, args.records = "tansu", 200, 1000
     catalog = write_catalog(Path(tempfile.mkdtemp(prefix="wl-bench-cat-")))
+    if args.sweep:
+        points = sweep(args, catalog)
+        draw_sweep(points, args.sweep)
+        one = {p["partitions"]: p["rate"] for p in points if p["workers"] == 1}
+        print(f"wrote {args.sweep}")
+        print("ratio to 1 partition, 1 worker: " + ", ".join(
+            f"{p['partitions']}p/{p['workers']}w {p['rate'] / one[min(one)]:.2f}"
+            for p in points))
+        return 0
     brokers = ("kafka", "tansu") if args.broker == "both" else (args.broker,)
     results = [bench(b, args, catalog) for b in brokers]
     print(f"machine: {machine()}; {args.entities:,} entities, {args.records:,} records, "
-          f"{args.partitions} partitions, one conditions worker process")
+          f"{args.partitions} partitions, {args.workers} conditions worker process(es)")
     for r in results:
         w, raw = r["worker"], r["raw"]
         print(f"[{r['broker']}] loaded {r['n']:,} change events in {r['load_s']:.1f} s")
