@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
+from wakeline.streams import timers
 from wakeline.streams.timers import COMPACT_SLACK, TimerIndex
 
 
@@ -110,9 +113,12 @@ def test_moving_deadlines_many_times_keeps_the_heaps_the_size_of_the_pending_set
     assert sorted(due) == sorted(k(i) for i in range(n)) and len(due) == n
 
 
-def test_against_a_model_over_random_operations():
+@pytest.mark.parametrize("slack", [COMPACT_SLACK, 2])
+def test_against_a_model_over_random_operations(monkeypatch, slack):
     """Every pop_due equals a plain model: resends first (in send order), then the keys
-    due and not in flight by (due, partition, key), up to the limit."""
+    due and not in flight by (due, partition, key), up to the limit (with the heaps
+    compacted as rarely as in production, and very often)."""
+    monkeypatch.setattr(timers, "COMPACT_SLACK", slack)
     for seed in range(40):
         rnd = random.Random(seed)
         idx = TimerIndex()
@@ -156,3 +162,7 @@ def test_against_a_model_over_random_operations():
                     order += 1
                     sent[x] = (now, order)
             assert len(idx) == len(due)
+            for p, heap in idx._heaps.items():
+                live = sum(1 for e in heap if idx._entry.get(e[1]) is e
+                           and e[1] not in idx._inflight)
+                assert idx._stale[p] == len(heap) - live, "superseded entries are counted"

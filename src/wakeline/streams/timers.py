@@ -1,18 +1,18 @@
 """The time index: which entities need a tick, found at O(due) cost.
 
 One heap per assigned partition of ``(due, key, partition)`` with lazy deletion
-(the latest registration of a key wins).  Rebuilt from the state table when partitions are assigned;
-dropped when they are revoked.  ``pop_due(now)`` returns each due key once and
-marks it in flight until the agent processes its tick and re-registers the
-entity's next wakeup.
+(the latest registration of a key wins).  Rebuilt from the state table when
+partitions are assigned; dropped when they are revoked.  ``pop_due(now)``
+returns each due key once and marks it in flight until the agent processes its
+tick and re-registers the entity's next wakeup.
 
 Costs, with N pending keys and D due: ``set`` is O(log N); ``pop_due`` is
 O((D + S) log N + P) where S counts the superseded entries that come due and P
 the assigned partitions — never O(N), nor O(keys in flight): a tick whose
-processing never re-registered its key is found again through a FIFO of send
-times (O(1) amortised per tick sent).  Superseded entries (a debounce moved by
-every record) are compacted away once they outnumber the live ones in a
-partition, so the heaps hold O(pending) entries however often deadlines move
+processing never re-registered its key is found again through a FIFO of the
+batches sent (O(1) amortised per tick sent).  Superseded entries (a debounce
+moved by every record) are compacted away once they outnumber the live ones in
+a partition, so the heaps hold O(pending) entries however often deadlines move
 (amortised O(1) per ``set``).
 """
 
@@ -39,7 +39,7 @@ class TimerIndex:
         self._stale: dict[int, int] = {}  # superseded entries per partition heap
         self._entry: dict[bytes, Entry] = {}  # key -> its current registration
         self._inflight: dict[bytes, float] = {}  # key -> when its tick was sent
-        self._sent: deque[tuple[float, bytes]] = deque()  # (sent, key), oldest first
+        self._sent: deque[tuple[float, tuple[bytes, ...]]] = deque()  # ticks sent
         self.resend_after = 30.0
 
     def __len__(self) -> int:
@@ -52,13 +52,17 @@ class TimerIndex:
             if cur[0] == due and cur[2] == partition:
                 return
             # The key's live heap entry is superseded by this call.
-            self._stale[cur[2]] = self._stale.get(cur[2], 0) + 1
+            self._stale[cur[2]] += 1
         if due is None:
             if cur is not None:
                 del self._entry[key]
             return
         entry = self._entry[key] = (due, key, partition)
-        heapq.heappush(self._heaps.setdefault(partition, []), entry)
+        heap = self._heaps.get(partition)
+        if heap is None:
+            heap = self._heaps[partition] = []
+            self._stale[partition] = 0
+        heapq.heappush(heap, entry)
         self._maybe_compact(partition)
 
     def drop_partitions(self, partitions: Collection[int]) -> None:
@@ -76,23 +80,35 @@ class TimerIndex:
         until ``set`` re-registers it (or sent again after ``resend_after``)."""
         out: list[bytes] = []
         self._resend(now, limit, out)
-        heads = [(h[0][0], p) for p, h in self._heaps.items() if h and h[0][0] <= now]
+        heaps, current, inflight = self._heaps, self._entry, self._inflight
+        heappop = heapq.heappop
+        # A merge of the partitions' heaps by (due, partition): drain one while its
+        # head comes before the next partition's.
+        heads = [(h[0][0], p) for p, h in heaps.items() if h and h[0][0] <= now]
         heapq.heapify(heads)
-        while heads and len(out) < limit:
-            p = heads[0][1]
-            heap = self._heaps[p]
-            entry = heapq.heappop(heap)
-            if self._live(entry):
+        n = len(out)
+        while heads and n < limit:
+            p = heappop(heads)[1]
+            heap = heaps[p]
+            bound, bound_p = heads[0] if heads else (now, p)
+            stale = 0
+            while heap and n < limit:
+                entry = heap[0]
+                if entry[0] > bound or (entry[0] == bound and p > bound_p):
+                    break
+                heappop(heap)
                 key = entry[1]
-                self._inflight[key] = now
-                self._sent.append((now, key))
-                out.append(key)
-            else:
-                self._stale[p] -= 1  # a superseded entry
+                if current.get(key) is entry and key not in inflight:
+                    inflight[key] = now
+                    out.append(key)
+                    n += 1
+                else:
+                    stale += 1  # a superseded entry
+            self._stale[p] -= stale
             if heap and heap[0][0] <= now:
-                heapq.heapreplace(heads, (heap[0][0], p))
-            else:
-                heapq.heappop(heads)
+                heapq.heappush(heads, (heap[0][0], p))
+        if out:
+            self._sent.append((now, tuple(out)))
         return out
 
     def next_due(self) -> float | None:
@@ -118,25 +134,23 @@ class TimerIndex:
     def _resend(self, now: float, limit: int, out: list[bytes]) -> None:
         """A tick whose processing never re-registered the key is sent again.
 
-        ``_sent`` is in send order; entries of keys re-registered since are dropped
-        from its front as they are met, so it holds the ticks sent since the oldest
-        one still in flight (in steady state: about the ticks in flight)."""
-        sent = self._sent
-        while sent:
-            at, key = sent[0]
-            if self._inflight.get(key) != at:
-                sent.popleft()  # re-registered (or sent again) since
-                continue
-            if now - at < self.resend_after or len(out) >= limit:
-                return
+        ``_sent`` holds one (sent at, keys) batch per ``pop_due``, oldest first; only
+        the batches older than ``resend_after`` are looked at, each once."""
+        sent, inflight = self._sent, self._inflight
+        while sent and now - sent[0][0] >= self.resend_after:
+            at, batch = sent[0]
+            for i, key in enumerate(batch):
+                if len(out) >= limit:
+                    sent[0] = (at, batch[i:])
+                    return
+                if inflight.get(key) == at:  # else re-registered (or sent again) since
+                    inflight[key] = now
+                    out.append(key)
             sent.popleft()
-            self._inflight[key] = now
-            sent.append((now, key))
-            out.append(key)
 
     def _maybe_compact(self, p: int) -> None:
         heap = self._heaps[p]
-        stale = self._stale.get(p, 0)
+        stale = self._stale[p]
         if stale <= len(heap) - stale + COMPACT_SLACK:
             return
         live = [entry for entry in heap if self._live(entry)]
