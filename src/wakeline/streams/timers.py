@@ -98,7 +98,7 @@ class TimerIndex:
                     break
                 heappop(heap)
                 key = entry[1]
-                if current.get(key) is entry and key not in inflight:
+                if current.get(key) is entry:  # (so not in flight: see _live)
                     inflight[key] = now
                     out.append(key)
                     n += 1
@@ -124,8 +124,11 @@ class TimerIndex:
     # -- internals ----------------------------------------------------------------------
 
     def _live(self, entry: Entry) -> bool:
-        """Is this heap entry its key's current registration (not superseded)?"""
-        return self._entry.get(entry[1]) is entry and entry[1] not in self._inflight
+        """Is this heap entry its key's current registration (not superseded)?
+
+        Then the key is not in flight either: ``pop_due`` takes a key's current
+        entry out of its heap when it sends the tick, and ``set`` makes a new one."""
+        return self._entry.get(entry[1]) is entry
 
     def _forget(self, key: bytes) -> None:
         self._entry.pop(key, None)
