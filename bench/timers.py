@@ -23,8 +23,9 @@ entity's next deadline with ``set``.  Figures, in one run:
    returned the key minus its deadline.
 
 Reference, in the same run: a bare ``heapq`` of the same ``(due, key)`` tuples,
-pushing and popping the same deadlines; the last line is the ratio
-TimerIndex / heapq per due entry popped at N = 1M.
+pushing and popping the same deadlines tick by tick, interleaved with the
+index; the last line is the ratio TimerIndex / heapq per due entry popped at the
+largest N (default 1M).
 
     python bench/timers.py [--pending 1000000] [--tiny]
 """
@@ -61,16 +62,17 @@ def keys(n: int, prefix: str = "user") -> list[bytes]:
     return [entity_key("default", f"{prefix}:{i:07d}") for i in range(n)]
 
 
-def fill(n: int, base: float, rnd: random.Random) -> tuple[TimerIndex, list[bytes], float]:
+def fill(n: int, base: float, rnd: random.Random
+         ) -> tuple[TimerIndex, list[bytes], list[float], float]:
     """An index with ``n`` deadlines in (base + 60, base + 60 + FAR); returns it, its
-    keys and the seconds ``set`` took per call."""
+    keys, their deadlines and the seconds ``set`` took per call."""
     idx = TimerIndex()
     ks = keys(n)
     dues = [base + 60 + rnd.random() * FAR for _ in range(n)]
     t0 = time.perf_counter()
     for i, (k, due) in enumerate(zip(ks, dues, strict=True)):
         idx.set(i % PARTITIONS, k, due)
-    return idx, ks, (time.perf_counter() - t0) / n
+    return idx, ks, dues, (time.perf_counter() - t0) / n
 
 
 def cpu(fn: Callable[[], object]) -> tuple[float, object]:
@@ -80,49 +82,34 @@ def cpu(fn: Callable[[], object]) -> tuple[float, object]:
 
 
 def per_tick(n: int, due_counts: list[int], reps: int, base: float, rnd: random.Random
-             ) -> tuple[dict[int, tuple[float, float]], float]:
-    """{D: (median CPU s of pop_due, median CPU s of the D re-registering sets)}, and
-    the set cost per call while filling."""
-    idx, ks, set_s = fill(n, base, rnd)
+             ) -> tuple[dict[int, tuple[float, float, float]], float, float]:
+    """With ``n`` pending: {D: (median CPU s of pop_due, of the D re-registering
+    sets, of the reference's D heappops)}, and the s per set / heappush while
+    filling.  The index and the reference see the same deadlines, tick by tick."""
+    idx, ks, dues, set_s = fill(n, base, rnd)
     part = {k: i % PARTITIONS for i, k in enumerate(ks)}
+    heap: list[tuple[float, bytes]] = []
+    t0 = time.perf_counter()
+    for k, due in zip(ks, dues, strict=True):
+        heapq.heappush(heap, (due, k))
+    push_s = (time.perf_counter() - t0) / n
     now = base
     out = {}
     gc.collect()
     for d in due_counts:
-        pops, sets = [], []
+        pops, sets, refs = [], [], []
         for _ in range(reps):
             now += TICK
-            chosen = rnd.sample(range(n), d)
-            for i in chosen:  # D deadlines come due (not timed: the records' work)
-                idx.set(i % PARTITIONS, ks[i], now - rnd.random() * TICK)
+            chosen = [(ks[i], now - rnd.random() * TICK) for i in rnd.sample(range(n), d)]
+            for k, due in chosen:  # D deadlines come due (not timed: the records' work)
+                idx.set(part[k], k, due)
+                heapq.heappush(heap, (due, k))
             c, popped = cpu(lambda now=now: idx.pop_due(now))
             assert isinstance(popped, list) and len(popped) == d, (len(popped), d)
             pops.append(c)
             c, _ = cpu(lambda now=now, popped=popped: [
                 idx.set(part[k], k, now + 60 + FAR * rnd.random()) for k in popped])
             sets.append(c)
-        out[d] = (statistics.median(pops), statistics.median(sets))
-    return out, set_s
-
-
-def heap_per_tick(n: int, due_counts: list[int], reps: int, base: float, rnd: random.Random
-                  ) -> tuple[dict[int, float], float]:
-    """The reference: a bare heap of (due, key); per tick D pushes due now, D pops."""
-    ks = keys(n)
-    heap: list[tuple[float, bytes]] = []
-    t0 = time.perf_counter()
-    for k in ks:
-        heapq.heappush(heap, (base + 60 + rnd.random() * FAR, k))
-    push_s = (time.perf_counter() - t0) / n
-    now = base
-    out = {}
-    gc.collect()
-    for d in due_counts:
-        pops = []
-        for _ in range(reps):
-            now += TICK
-            for i in rnd.sample(range(n), d):
-                heapq.heappush(heap, (now - rnd.random() * TICK, ks[i]))
 
             def pop(now: float = now) -> list[bytes]:
                 got = []
@@ -132,9 +119,9 @@ def heap_per_tick(n: int, due_counts: list[int], reps: int, base: float, rnd: ra
 
             c, popped = cpu(pop)
             assert isinstance(popped, list) and len(popped) == d
-            pops.append(c)
-        out[d] = statistics.median(pops)
-    return out, push_s
+            refs.append(c)
+        out[d] = (statistics.median(pops), statistics.median(sets), statistics.median(refs))
+    return out, set_s, push_s
 
 
 def memory(n: int, base: float) -> tuple[float, float]:
@@ -177,7 +164,7 @@ def backlog(n: int, inflight: int, reps: int, base: float) -> float:
     """CPU s of a pop_due with nothing due while ``inflight`` keys are ticked and not
     yet re-registered (their ticks still queued on a lagging stimuli topic)."""
     rnd = random.Random(3)
-    idx, ks, _ = fill(n, base, rnd)
+    idx, ks, _, _ = fill(n, base, rnd)
     now = base + 1
     for i in range(inflight):
         idx.set(i % PARTITIONS, ks[i], now - 0.1)
@@ -358,18 +345,17 @@ def main() -> int:
           f"{'heapq':>8} {'ratio':>6}")
     top: tuple[float, float, float, float] | None = None
     for n in sizes:
-        ticks, set_s = per_tick(n, dues, a.reps, base, rnd)
-        ref, push_s = heap_per_tick(n, dues, a.reps, base, rnd)
+        ticks, set_s, push_s = per_tick(n, dues, a.reps, base, rnd)
         for d in dues:
-            pop_c, set_c = ticks[d]
+            pop_c, set_c, ref_c = ticks[d]
             per_due = f"{pop_c / d * 1e6:>10.2f}" if d else f"{'':>10}"
-            ratio = f"{pop_c / ref[d]:>6.2f}" if d and ref[d] > 0 else f"{'':>6}"
+            ratio = f"{pop_c / ref_c:>6.2f}" if d and ref_c > 0 else f"{'':>6}"
             print(f"{n:>10,} {d:>7,} {pop_c * 1e3:>9.3f} {per_due} {set_c * 1e3:>8.3f} "
-                  f"{ref[d] * 1e3:>8.3f} {ratio}")
+                  f"{ref_c * 1e3:>8.3f} {ratio}")
         print(f"{n:>10,} set() while filling: {set_s * 1e6:.2f} us/call "
               f"(heapq.heappush {push_s * 1e6:.2f} us)")
         d_top = dues[-1]
-        top = (ticks[d_top][0] / d_top, ref[d_top] / d_top, set_s, push_s)
+        top = (ticks[d_top][0] / d_top, ticks[d_top][2] / d_top, set_s, push_s)
 
     n = sizes[-1]
     idx_b, heap_b = memory(n, base)
@@ -382,14 +368,16 @@ def main() -> int:
     print(f"backlog: {inflight:,} keys in flight (ticked, not re-registered), nothing due: "
           f"pop_due {bl * 1e3:.3f} ms CPU")
 
-    lt = lateness(n, engine_n, synthetic, a.spread, rnd)
-    print(f"lateness: tick loop every {TICK} s on SystemClock, {lt['pending']:,} pending, "
-          f"{lt['due']:,} due over {a.spread:g} s ({lt['rate']:,.0f}/s; {lt['engine']:,} from "
-          f"engine states, next_wakeup {lt['next_wakeup_us']:.1f} us/call), {lt['ticks']} ticks")
-    print(f"  late p50 {lt['p50'] * 1e3:.1f} ms, p99 {lt['p99'] * 1e3:.1f} ms, "
-          f"max {lt['max'] * 1e3:.1f} ms, min {lt['min'] * 1e3:.1f} ms; "
-          f"pop_due CPU per tick p50 {lt['tick_cpu_p50_ms']:.2f} ms, "
-          f"max {lt['tick_cpu_max_ms']:.2f} ms")
+    for synthetic_due in (0, synthetic):
+        lt = lateness(n, engine_n, synthetic_due, a.spread, rnd)
+        print(f"lateness: tick loop every {TICK} s on SystemClock, {lt['pending']:,} pending, "
+              f"{lt['due']:,} due over {a.spread:g} s ({lt['rate']:,.0f}/s; {lt['engine']:,} "
+              f"from engine states, next_wakeup {lt['next_wakeup_us']:.1f} us/call), "
+              f"{lt['ticks']} ticks")
+        print(f"  late p50 {lt['p50'] * 1e3:.1f} ms, p99 {lt['p99'] * 1e3:.1f} ms, "
+              f"max {lt['max'] * 1e3:.1f} ms, min {lt['min'] * 1e3:.1f} ms; "
+              f"pop_due CPU per tick p50 {lt['tick_cpu_p50_ms']:.2f} ms, "
+              f"max {lt['tick_cpu_max_ms']:.2f} ms")
     assert top is not None
     print(f"ratio TimerIndex/heapq at {n:,} pending: pop per due entry "
           f"{top[0] / top[1]:.2f} ({top[0] * 1e6:.2f} vs {top[1] * 1e6:.2f} us), set "
