@@ -14,24 +14,26 @@ def k(i: int) -> bytes:
     return f"e{i}".encode()
 
 
-def test_pop_due_returns_each_due_key_once_earliest_first_across_partitions():
+def test_pop_due_returns_each_due_key_once():
     idx = TimerIndex()
     idx.set(0, k(1), 30.0)
     idx.set(1, k(2), 10.0)
     idx.set(2, k(3), 20.0)
     idx.set(0, k(4), 99.0)
     assert idx.pop_due(5.0) == []
-    assert idx.pop_due(30.0) == [k(2), k(3), k(1)]
+    assert idx.pop_due(30.0) == [k(2), k(3), k(1)], "partitions by their earliest key"
     assert idx.pop_due(40.0) == [], "in flight until re-registered"
     assert len(idx) == 4 and idx.next_due() == 99.0
 
 
-def test_limit_takes_the_earliest_and_leaves_the_rest_for_the_next_tick():
+def test_past_the_limit_the_partition_with_the_oldest_key_goes_first_next_tick():
     idx = TimerIndex()
-    for i in range(10):
-        idx.set(i % 3, k(i), float(10 - i))
-    assert idx.pop_due(100.0, limit=4) == [k(9), k(8), k(7), k(6)]
-    assert idx.pop_due(100.0, limit=100) == [k(i) for i in range(5, -1, -1)]
+    for i in range(6):
+        idx.set(0, k(i), 1.0 + i)        # partition 0: 1..6
+        idx.set(1, k(10 + i), 1.5 + i)   # partition 1: 1.5..6.5
+    assert idx.pop_due(100.0, limit=4) == [k(0), k(1), k(2), k(3)]
+    assert idx.pop_due(100.2, limit=4) == [k(10), k(11), k(12), k(13)], "no starving"
+    assert idx.pop_due(100.4, limit=100) == [k(4), k(5), k(14), k(15)]
 
 
 def test_a_moved_deadline_fires_only_at_its_new_time():
@@ -116,8 +118,9 @@ def test_moving_deadlines_many_times_keeps_the_heaps_the_size_of_the_pending_set
 @pytest.mark.parametrize("slack", [COMPACT_SLACK, 2])
 def test_against_a_model_over_random_operations(monkeypatch, slack):
     """Every pop_due equals a plain model: resends first (in send order), then the keys
-    due and not in flight by (due, partition, key), up to the limit (with the heaps
-    compacted as rarely as in production, and very often)."""
+    due and not in flight, partition by partition in the order of their earliest
+    such key, each by (due, key), up to the limit (with the heaps compacted as
+    rarely as in production, and very often)."""
     monkeypatch.setattr(timers, "COMPACT_SLACK", slack)
     for seed in range(40):
         rnd = random.Random(seed)
@@ -153,9 +156,13 @@ def test_against_a_model_over_random_operations(monkeypatch, slack):
                 limit = rnd.choice([1, 3, 100])
                 resend = sorted((n, x) for x, (t, n) in sent.items() if now - t >= 5.0)
                 expect = [x for _, x in resend][:limit]
-                ready = sorted((d, p, x) for x, (d, p) in due.items()
-                               if d <= now and x not in sent)
-                expect += [x for _, _, x in ready][:limit - len(expect)]
+                ready: dict[int, list[tuple[float, bytes]]] = {}
+                for x, (d, p) in due.items():
+                    if d <= now and x not in sent:
+                        ready.setdefault(p, []).append((d, x))
+                for p in sorted(ready, key=lambda p: (min(ready[p])[0], p)):
+                    expect += [x for _, x in sorted(ready[p])]
+                expect = expect[:limit]
                 got = idx.pop_due(now, limit=limit)
                 assert got == expect, (seed, now, got, expect)
                 for x in got:

@@ -7,7 +7,7 @@ returns each due key once and marks it in flight until the agent processes its
 tick and re-registers the entity's next wakeup.
 
 Costs, with N pending keys and D due: ``set`` is O(log N); ``pop_due`` is
-O((D + S) log N + P) where S counts the superseded entries that come due and P
+O((D + S) log N + P log P) where S counts the superseded entries that come due and P
 the assigned partitions — never O(N), nor O(keys in flight): a tick whose
 processing never re-registered its key is found again through a FIFO of the
 batches sent (O(1) amortised per tick sent).  Superseded entries (a debounce
@@ -76,25 +76,35 @@ class TimerIndex:
             self._forget(key)
 
     def pop_due(self, now: float, limit: int = 10_000) -> list[bytes]:
-        """The keys due at ``now``, earliest first, at most ``limit``; each is in flight
-        until ``set`` re-registers it (or sent again after ``resend_after``)."""
+        """The keys due at ``now``, at most ``limit``; each is in flight until ``set``
+        re-registers it (or sent again after ``resend_after``).
+
+        Partitions are drained in the order of their earliest due key, each earliest
+        first: all due keys when they fit the limit; past it, the partition holding
+        the oldest overdue key goes first next tick, so none starves.  (An exact
+        merge across partitions costs a heads-heap operation per key: ~30% more.)
+        """
         out: list[bytes] = []
         self._resend(now, limit, out)
-        heaps, current, inflight = self._heaps, self._entry, self._inflight
+        current, inflight = self._entry, self._inflight
         heappop = heapq.heappop
-        # A merge of the partitions' heaps by (due, partition): drain one while its
-        # head comes before the next partition's.
-        heads = [(h[0][0], p) for p, h in heaps.items() if h and h[0][0] <= now]
-        heapq.heapify(heads)
+        heads = []
+        for p, heap in self._heaps.items():
+            stale = 0
+            while heap and current.get(heap[0][1]) is not heap[0]:
+                heappop(heap)  # superseded entries at the top go first
+                stale += 1
+            self._stale[p] -= stale
+            if heap and heap[0][0] <= now:
+                heads.append((heap[0][0], p))
+        heads.sort()
         n = len(out)
-        while heads and n < limit:
-            p = heappop(heads)[1]
-            heap = heaps[p]
-            bound, bound_p = heads[0] if heads else (now, p)
+        for _, p in heads:
+            heap = self._heaps[p]
             stale = 0
             while heap and n < limit:
                 entry = heap[0]
-                if entry[0] > bound or (entry[0] == bound and p > bound_p):
+                if entry[0] > now:
                     break
                 heappop(heap)
                 key = entry[1]
@@ -105,8 +115,6 @@ class TimerIndex:
                 else:
                     stale += 1  # a superseded entry
             self._stale[p] -= stale
-            if heap and heap[0][0] <= now:
-                heapq.heappush(heads, (heap[0][0], p))
         if out:
             self._sent.append((now, tuple(out)))
         return out
