@@ -192,6 +192,7 @@ class Prober:
     probe_entities: dict[int, str]
     interval: float = 0.1
     sent: dict[str, tuple[int, float]] = field(default_factory=dict)
+    offsets: dict[str, int] = field(default_factory=dict)  # from the delivery reports
 
     def __post_init__(self) -> None:
         from confluent_kafka import Producer
@@ -217,10 +218,17 @@ class Prober:
                 self._n += 1
                 self.sent[rid] = (p, t)
                 self._producer.produce(topic, key=key, partition=p,
-                                       value=self._encode("tick", request_id=rid))
+                                       value=self._encode("tick", request_id=rid),
+                                       on_delivery=self._delivered(rid))
             self._producer.poll(0)
             self._stop.wait(max(0.0, self.interval - (time.time() - t)))
         self._producer.flush(10)
+
+    def _delivered(self, rid: str) -> Any:
+        def done(err: Any, msg: Any) -> None:
+            if err is None:
+                self.offsets[rid] = msg.offset()
+        return done
 
     def stop(self) -> None:
         self._stop.set()
@@ -238,6 +246,17 @@ class Prober:
                 out.setdefault(p, []).append((sent, float(at)))
         for v in out.values():
             v.sort()
+        return out
+
+    def unanswered(self, since: float, until: float) -> dict[int, list[tuple[float, int]]]:
+        """Per partition, (send time, offset) of the probes sent in [since, until] that
+        have no reply (lost, or not handled yet)."""
+        got = {rid for (rid,) in self.stack.query(
+            "SELECT request_id FROM stimulus_replies WHERE request_id LIKE 'probe-%%'")}
+        out: dict[int, list[tuple[float, int]]] = {}
+        for rid, (p, sent) in list(self.sent.items()):
+            if since <= sent <= until and rid not in got:
+                out.setdefault(p, []).append((sent, self.offsets.get(rid, -1)))
         return out
 
     def wait_answered(self, parts: list[int], since: float, timeout: float
@@ -368,8 +387,11 @@ def wait_until(pred: Any, timeout: float, what: str, workers: list[Worker]) -> N
             return
         for w in workers:
             if w.proc.poll() is not None:
+                first = next((i for i, line in enumerate(w.lines)
+                              if "Traceback" in line or "[ERROR]" in line
+                              or "[CRITICAL]" in line), max(0, len(w.lines) - 40))
                 raise RuntimeError(f"a worker exited while waiting for {what}:\n"
-                                   + "\n".join(w.lines[-40:]))
+                                   + "\n".join(w.lines[max(0, first - 5):first + 60]))
         time.sleep(0.05)
     raise RuntimeError(f"timed out waiting for {what}; last lines:\n" + "\n\n".join(
         "\n".join(w.lines[-20:]) for w in workers))
@@ -426,6 +448,13 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         prober = Prober(stack, probe_entities, args.probe_interval)
         t_probe = time.time()
         prober.wait_answered(list(range(args.partitions)), t_probe, 60)
+        if args.commit_wait:
+            # A partition the group never committed is taken over at whatever offset
+            # arrives first (see the report: probes sent to it during the takeover are
+            # lost); measure the usual case, where every partition has a commit.
+            wait_until(lambda: all(o >= 0 for o in stack.committed(
+                stack.app_id, stack.topic("stimuli")).values()), 60,
+                "a committed offset on every stimuli partition", live)
         cycles = []
         try:
             for i in range(args.cycles):
@@ -458,9 +487,6 @@ def cycle(i: int, stack: Stack, clock: LineClock, live: list[Worker], prober: Pr
     replies = prober.wait_answered(killed_parts, t_kill, 120)
     takeover = {p: (min(at for _, at in replies[p]) - t_kill) if replies.get(p) else None
                 for p in killed_parts}
-    # the survivor's own partitions: the longest a probe sent after the kill waited
-    kept_wait = max((at - sent for p in kept_parts for sent, at in replies.get(p, [])),
-                    default=float("nan"))
     ready_t, ready_parts, ready_n = clock.ready(survivor, t_kill)[-1]
     tl = timeline(clock, survivor, t_kill, ready_t)
     tl["ready"] = ready_t - t_kill
@@ -477,14 +503,15 @@ def cycle(i: int, stack: Stack, clock: LineClock, live: list[Worker], prober: Pr
     reload_s = (tl.get("restored", nan) - tl.get("restoring", nan)) if "restoring" in tl \
         else tl.get("rebalanced", nan) - tl.get("noticed", nan)
     out: dict[str, Any] = {
-        "killed_partitions": killed_parts, "takeover_s": takeover, "timeline": tl,
+        "t_kill": t_kill, "killed_partitions": killed_parts, "takeover_s": takeover,
+        "timeline": tl,
         "detect_s": tl.get("first_noticed", nan),
         "reload_s": reload_s, "entities_before": held, "entities_after": ready_n,
         "gained": gained, "restored": restored, "read_from_start": from_start,
         "start_offsets": starts,
         "reload_rate": restored / reload_s if reload_s > 0 else nan,
         "index_s": tl["ready"] - tl.get("rebalanced", nan),
-        "kill_to_ready_s": ready_t - t_kill, "kept_partitions_max_wait_s": kept_wait,
+        "kill_to_ready_s": ready_t - t_kill,
         "survivor_lines": [f"+{t - t_kill:.2f} {line}" for t, line in
                            clock.lines(survivor, t_kill)
                            if not line.startswith("wakeline-stats")][:150],
@@ -502,6 +529,26 @@ def cycle(i: int, stack: Stack, clock: LineClock, live: list[Worker], prober: Pr
         silent = sorted(set(range(args.partitions)) - set(got))
         raise RuntimeError(f"cycle {i}: partitions {silent} never answered after the "
                            "replacement joined")
+    # every probe sent since the kill (but the last second's) is answered, and the
+    # survivor's own partitions: the longest a probe sent in the takeover waited
+    t_end = time.time() - 1.0
+    missing = prober.unanswered(t_kill, t_end)
+    deadline = time.monotonic() + 30
+    while missing and time.monotonic() < deadline:
+        time.sleep(0.5)
+        missing = prober.unanswered(t_kill, t_end)
+    after = prober.replies(t_kill)
+    out["kept_partitions_max_wait_s"] = max(
+        (at - sent for p in kept_parts for sent, at in after.get(p, []) if sent <= ready_t),
+        default=nan)
+    out["unanswered_probes"] = sum(len(v) for v in missing.values())
+    committed = stack.committed(stack.app_id, stack.topic("stimuli")) if missing else {}
+    out["unanswered_by_partition"] = {
+        p: (len(v), min(v)[0] - t_kill, max(v)[0] - t_kill, min(o for _, o in v),
+            max(o for _, o in v), committed.get(p)) for p, v in missing.items()}
+    out["t_replacement_ready"] = all_ready
+    out["probes_sent"] = sum(1 for _, sent in list(prober.sent.values())
+                             if t_kill <= sent <= t_end)
     cold_s = tl_r.get("restored", nan) - tl_r.get("restoring", nan)
     out["cold"] = {"start_to_ready_s": t_r - t_spawn, "partitions": parts_r, "entities": n_r,
                    "timeline": tl_r, "reload_s": cold_s,
@@ -513,7 +560,14 @@ def cycle(i: int, stack: Stack, clock: LineClock, live: list[Worker], prober: Pr
                                                                       key=lambda kv: kv[1]))
           + f"; changelog read from the start on {from_start}: {restored:,} entities "
           f"({gained:,} the dead worker's) in {reload_s:.2f} s"
-          + f"; replacement ready in {out['cold']['start_to_ready_s']:.1f} s", flush=True)
+          + f"; replacement ready in {out['cold']['start_to_ready_s']:.1f} s"
+          + f"; probes unanswered {out['unanswered_probes']} of {out['probes_sent']:,}"
+          + (" (partition: count, first/last sent after the kill, offsets, group's "
+             "committed offset now: "
+             + ", ".join(f"p{p}: {c}, {a:+.1f}/{b:+.1f} s, {o1}-{o2}, {co}"
+                         for p, (c, a, b, o1, o2, co)
+                         in sorted(out["unanswered_by_partition"].items()))
+             + ")" if missing else ""), flush=True)
     return out
 
 
@@ -525,6 +579,9 @@ def main() -> int:
     ap.add_argument("--cycles", type=int, default=5)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--probe-interval", type=float, default=0.1)
+    ap.add_argument("--no-commit-wait", dest="commit_wait", action="store_false",
+                    help="kill as soon as the probes are answered, before the group has "
+                         "committed the stimuli partitions (reproduces lost probes)")
     ap.add_argument("--loglevel", default="info", choices=("warn", "info"),
                     help="the conditions workers' log level (info: the takeover timeline)")
     ap.add_argument("--tiny", action="store_true",
@@ -559,6 +616,9 @@ def main() -> int:
           f"{med('restored'):.2f}, Faust rebalance complete {med('rebalanced'):.2f}, "
           f"conditions ready (time index rebuilt) {med('ready'):.2f}; the survivor's own "
           f"partitions waited up to {max(c['kept_partitions_max_wait_s'] for c in cyc):.2f} s")
+    lost = sum(c["unanswered_probes"] for c in cyc)
+    print(f"  probes sent after the kills and never answered: {lost} of "
+          f"{sum(c['probes_sent'] for c in cyc):,}")
     print("  state reload by the survivor (its table recovery's changelog read): "
           + ", ".join(f"{c['restored']:,} entities ({c['gained']:,} gained) in "
                       f"{c['reload_s']:.2f} s" for c in cyc)
