@@ -25,9 +25,12 @@ machine clock; ``track_commit_timestamp`` is not needed).  The client's time aft
 COMMIT returned is recorded too and its offset from the commit timestamp printed.
 The first ``--warm`` seconds of writing are not measured; every job must arrive.
 
-Reference in the same run: raw produce → consume latency of the same broker at the
-same rate (``bench/cdc_latency.py``'s ``raw_reference``).  The last line prints the
-ratios.
+Each job's time is also split by the messages' CreateTime (ms): CDC (commit → change
+produced), conditions (→ job produced), delivery (→ consumed).  Reference in the same
+run: raw produce → consume latency of the same broker at the same rate
+(``bench/cdc_latency.py``'s ``raw_reference``).  The PNG has the latency CDFs and the
+latency over the run (a rising line is a worker falling behind).  The last line prints
+the ratios.
 
     python bench/commit_to_job.py [--rates 1000,5000] [--seconds 10] [--paths relay,debezium]
         [--broker kafka|tansu] [--relay-process same|separate] [--connect-url URL]
@@ -130,7 +133,7 @@ def _consume_jobs(bootstrap: str, topic: str, prefix: str, expect: int, ready: A
             if m.error() is not None or m.value() is None:
                 continue
             now = time.time()
-            entity = json.loads(m.value())["entity"]  # JobSpec.to_json
+            entity = json.loads(m.value() or b"{}")["entity"]  # JobSpec.to_json
             last = time.monotonic()
             if not entity.startswith(prefix):
                 others += 1
@@ -202,6 +205,14 @@ def _wait_jobs(stack: Stack, prefix: str, n: int, timeout: float = 120.0) -> Non
                            + "\n".join(line for w in stack.workers for line in w.lines[-20:]))
 
 
+def _cpu_busy() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far (/proc/stat, all cores)."""
+    f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = f[3] + f[4]  # idle + iowait
+    hz = os.sysconf("SC_CLK_TCK")
+    return (sum(f) - idle) / hz, sum(f) / hz
+
+
 def _relay_process(stack: Stack) -> Worker:
     """``wakeline cdc relay`` for the stack's topology, as a worker of the stack."""
     cmd = [sys.executable, "-m", "wakeline.cli.main", "cdc", "relay", "--topology",
@@ -270,6 +281,7 @@ def measure(svc: Services, catalog: Path, path: str, rate: float, args: argparse
         time.sleep(0.5)  # the writer's connection is open
         cpu0 = {k: cpu_seconds(pid) for k, pid in procs.items()}
         load = [os.getloadavg()[0]]
+        busy0 = _cpu_busy()
         t0 = time.time()
         go.set()
         wres = wq.get(timeout=args.warm + args.seconds + 600)
@@ -278,6 +290,7 @@ def measure(svc: Services, catalog: Path, path: str, rate: float, args: argparse
         drained = time.time()
         # CPU from the first commit until the last job arrived (the drain included)
         cpu_w = {k: cpu_seconds(pid) - cpu0[k] for k, pid in procs.items()}
+        busy1 = _cpu_busy()
         writer.join(30)
         consumer.join(30)
         stats = [json.loads(line.split(" ", 1)[1]) for line in w.lines
@@ -338,7 +351,10 @@ def measure(svc: Services, catalog: Path, path: str, rate: float, args: argparse
         "after_commit_offset_p99_ms": pct(offset, 0.99) * ms,
         "cpu_pct": {k: 100 * v / (drained - t0) for k, v in cpu_w.items()},
         "worker_batches": stats[-1]["batches"] if stats else None,
-        "setup_s": setup_s, "loadavg": load, "latencies_ms": [x * 1000 for x in lat],
+        "setup_s": setup_s, "loadavg": load,
+        # all cores, whole machine (this run and anything else), first commit → last job
+        "machine_busy_pct": 100 * (busy1[0] - busy0[0]) / (busy1[1] - busy0[1]),
+        "latencies_ms": [x * 1000 for x in lat],
         "timeline": timeline, "measured_from_s": rows[0][0] - every[0][0] if rows else 0.0,
     }
 
@@ -370,7 +386,7 @@ def plot(results: list[dict[str, Any]], raws: dict[float, dict[str, Any]], png: 
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 5), dpi=110,
                                   gridspec_kw={"width_ratios": [3, 2]})
     styles = {"relay": "-", "debezium": "--"}
-    colors = {}
+    colors: dict[float, str] = {}
     palette = ["tab:blue", "tab:orange", "tab:green", "tab:red"]
     for r in results:
         colors.setdefault(r["rate"], palette[len(colors) % len(palette)])
@@ -512,7 +528,8 @@ def main() -> int:
               f"{r['job_rate']:,.0f}/s; {r['arrived']}/{r['written']} jobs arrived"
               f"{'' if complete else ' INCOMPLETE'} (missing {r['missing']}, duplicates "
               f"{r['duplicates']}), drained {r['drain_s']:.1f} s after the last commit; "
-              f"1-min load average {r['loadavg'][0]:.1f} → {r['loadavg'][1]:.1f}")
+              f"1-min load average {r['loadavg'][0]:.1f} → {r['loadavg'][1]:.1f}, machine CPU "
+              f"busy {r['machine_busy_pct']:.0f}% of {os.cpu_count()} cores")
         print(f"    p50 {r['p50_ms']:8.1f} ms  p90 {r['p90_ms']:8.1f} ms  p99 "
               f"{r['p99_ms']:8.1f} ms  max {r['max_ms']:8.1f} ms  ({r['measured']} measured); "
               f"p50 first/last second {r['first_s_p50_ms']:.1f}/{r['last_s_p50_ms']:.1f} ms; "
