@@ -60,8 +60,10 @@ FILES = {
 }
 
 
-def write(root: Path) -> Path:
-    for rel, text in FILES.items():
+def write(root: Path, files: dict[str, str] | None = None) -> Path:
+    """Write a catalog folder: ``files`` maps relative paths to (indented) texts,
+    the mixed benchmark catalog by default."""
+    for rel, text in (FILES if files is None else files).items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(textwrap.dedent(text))

@@ -52,6 +52,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _catalog import write as write_files  # noqa: E402
 from _stack import COLUMNS, Services, Stack, cpu_seconds, machine  # noqa: E402
 
 DERIVATION = "burst"
@@ -74,11 +75,7 @@ def write_catalog(root: Path, debounce_s: float | None) -> Path:
             "trigger:\n  write: {}\n" + textwrap.indent(pacing, "  ")),
         "burstfuncs.py": "def noop(ctx):\n    return []\n",
     }
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    return root
+    return write_files(root, files)
 
 
 def entity(i: int) -> str:

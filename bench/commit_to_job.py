@@ -48,13 +48,13 @@ import secrets
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _catalog import write as write_files  # noqa: E402
 from _stack import ROOT, Services, Stack, Worker, cpu_seconds, machine, pct  # noqa: E402
 
 TARGETS = {"relay": {"p50_ms": 50.0, "p99_ms": 250.0}, "debezium": {"p99_ms": 600.0}}
@@ -79,11 +79,7 @@ CATALOG = {
 
 
 def write_catalog(root: Path) -> Path:
-    for rel, text in CATALOG.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    return root
+    return write_files(root, CATALOG)
 
 
 # -- child processes ---------------------------------------------------------------

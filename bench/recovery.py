@@ -43,7 +43,6 @@ import random
 import re
 import sys
 import tempfile
-import textwrap
 import threading
 import time
 from dataclasses import dataclass, field
@@ -52,6 +51,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _catalog import write as write_files  # noqa: E402
 from _stack import Services, Stack, Worker, machine, pct  # noqa: E402
 
 READY = re.compile(r"wakeline: conditions ready, partitions \[([0-9, ]*)\], (\d+) entities")
@@ -101,11 +101,7 @@ def write_catalog(root: Path) -> Path:
         """,
         "recfuncs.py": "def noop(ctx):\n    return []\n",
     }
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    return root
+    return write_files(root, files)
 
 
 def entity(i: int) -> str:

@@ -251,7 +251,8 @@ def main() -> int:
         print(f"  raw consume (confluent-kafka): {raw['rate']:10,.0f} records/s")
         print(f"  bare Faust agent (no work):    {r['bare']['rate']:10,.0f} records/s")
         print(f"  conditions worker:             {w['rate']:10,.0f} records/s "
-              f"({w['seconds']:.1f} s, {w['jobs']:,} jobs, {w['batches']:,} batches, CPU {w['cpu_pct']:.0f}% of a core, "
+              f"({w['seconds']:.1f} s, {w['jobs']:,} jobs, {w['batches']:,} batches, "
+              f"CPU {w['cpu_pct']:.0f}% of a core, "
               f"peak RSS {w['rss_mb']:.0f} MiB)")
         print(f"  outcomes: {w['by_outcome']}")
     if args.json:
