@@ -105,38 +105,28 @@ class OffsetGuard:
         return "seek", want
 
 
+async def _let_through(app: Any, guard: OffsetGuard, event: Any) -> bool:
+    """Whether ``guard`` lets ``event`` through; a jump seeks its partition back."""
+    tp = event.message.tp
+    verdict, to = guard.admit(tp, event.message.offset, app.consumer._committed_offset.get(tp))
+    if verdict == "seek":
+        assert to is not None
+        await app.consumer.seek(tp, to)
+    return verdict == "ok"
+
+
 async def contiguous(app: Any, stream: Any, guard: OffsetGuard) -> AsyncIterator[Any]:
     """``stream.events()`` with every partition's offsets in order, none skipped."""
-    consumer = app.consumer
     async for event in stream.events():
-        msg = event.message
-        tp = msg.tp
-        verdict, to = guard.admit(tp, msg.offset, consumer._committed_offset.get(tp))
-        if verdict == "ok":
+        if await _let_through(app, guard, event):
             yield event
-            continue
-        if not stream.enable_acks:  # the agent acks what it handles; a skipped one here
-            await stream.ack(event)
-        if verdict == "seek":
-            assert to is not None
-            await consumer.seek(tp, to)
 
 
 async def admit_batch(app: Any, guard: OffsetGuard, events: list[Any]) -> list[Any]:
     """The events of a batch (``stream.take_events``) that :class:`OffsetGuard` lets
     through, in order; a jump seeks its partition back (the batch is acked whole by
     Faust, and what was not let through comes again after the seek)."""
-    consumer = app.consumer
-    out = []
-    for event in events:
-        tp = event.message.tp
-        verdict, to = guard.admit(tp, event.message.offset, consumer._committed_offset.get(tp))
-        if verdict == "ok":
-            out.append(event)
-        elif verdict == "seek":
-            assert to is not None
-            await consumer.seek(tp, to)
-    return out
+    return [event for event in events if await _let_through(app, guard, event)]
 
 
 async def unstick_tails(app: Any, guards: Any, quiet_s: float = 3.0) -> int:
