@@ -17,7 +17,11 @@ with two conditions workers (tests/integration/test_streaming_rebalance.py, with
 The topics these agents read are neither compacted nor transactional, so a
 partition's offsets are contiguous. :class:`OffsetGuard` checks, per partition,
 that each event is the one after the last it let through. The first event after
-an assignment must be the committed offset. On a jump it seeks the partition
+an assignment must be the committed offset; where Faust does not know it yet the
+broker is asked, and a partition never committed starts at its beginning (where
+``auto.offset.reset=earliest`` starts), never at whatever offset happens to
+arrive first: that was how stimuli were lost at a failover (bench/recovery.py
+``--no-commit-wait``). On a jump it seeks the partition
 back and lets nothing through until the missing offset arrives. Offsets already
 let through are duplicates from such a seek and are skipped. Every seek is
 counted and logged.
@@ -52,6 +56,7 @@ class OffsetGuard:
     admitted_at: dict[Any, float] = field(default_factory=dict)
     seeking: dict[Any, tuple[int, float]] = field(default_factory=dict)
     stale: dict[Any, int] = field(default_factory=dict)  # expected when last revoked
+    resolved: dict[Any, int] = field(default_factory=dict)  # baselines asked of the broker
     seeks: int = 0
     duplicates: int = 0  # at or below an offset already let through
     ahead: int = 0  # past the missing offset while a seek for it is on its way
@@ -70,20 +75,25 @@ class OffsetGuard:
                 self.stale[tp] = want
             self.seeking.pop(tp, None)
             self.admitted_at.pop(tp, None)
+            self.resolved.pop(tp, None)
 
     def baseline(self, tp: Any, committed: int | None) -> int | None:
-        """The first offset due on ``tp`` since its assignment, when known."""
+        """The first offset due on ``tp`` since its assignment, when known without
+        asking the broker: Faust's committed offset, else one the broker gave."""
         if committed is not None and committed >= 0:
             return committed
-        return self.stale.get(tp)
+        return self.resolved.get(tp)
 
     def admit(self, tp: Any, offset: int, committed: int | None
               ) -> tuple[str, int | None]:
-        """``("ok", None)``, ``("dup", None)`` or ``("seek", offset_to_seek_to)``."""
+        """``("ok", None)``, ``("dup", None)`` or ``("seek", offset_to_seek_to)``.
+
+        ``committed`` is the partition's first offset due since its assignment (see
+        :func:`first_due`); with none known the partition's beginning, 0, is due."""
         want = self.expected.get(tp)
         if want is None:
             known = self.baseline(tp, committed)
-            want = offset if known is None else known
+            want = 0 if known is None else known
         if offset == want:
             self.expected[tp] = offset + 1
             self.seeking.pop(tp, None)
@@ -105,10 +115,42 @@ class OffsetGuard:
         return "seek", want
 
 
+async def first_due(app: Any, guard: OffsetGuard, tp: Any) -> int:
+    """The first offset due on ``tp`` since its assignment.
+
+    In order: the committed offset Faust knows; else the one the broker holds for
+    the group (Faust can resume fetching before its own seek to the commit, and
+    maps a commit of 0 to none); else the offset after the last we let through
+    before a revocation; else the partition's beginning. The answer is kept until
+    the partition is revoked."""
+    known = guard.baseline(tp, app.consumer._committed_offset.get(tp))
+    if known is not None:
+        return known
+    found: int | None = None
+    try:
+        from faust.transport.drivers.aiokafka import ensure_aiokafka_TP
+
+        thread = app.consumer._thread
+        atp = ensure_aiokafka_TP(tp)
+        found = await thread.call_thread(thread._ensure_consumer().committed, atp)
+        if found is None or found < 0:
+            found = guard.stale.get(tp)
+        if found is None:
+            found = (await app.consumer.earliest_offsets(tp)).get(tp)
+    except Exception as exc:  # noqa: BLE001 - mid-rebalance: the beginning is safe
+        log.warning("%s: %s: committed offset unknown (%r): starting at the beginning",
+                    guard.name, tp, exc)
+        found = guard.stale.get(tp)
+    found = found if found is not None and found >= 0 else 0
+    guard.resolved[tp] = found
+    return found
+
+
 async def _let_through(app: Any, guard: OffsetGuard, event: Any) -> bool:
     """Whether ``guard`` lets ``event`` through; a jump seeks its partition back."""
     tp = event.message.tp
-    verdict, to = guard.admit(tp, event.message.offset, app.consumer._committed_offset.get(tp))
+    committed = None if tp in guard.expected else await first_due(app, guard, tp)
+    verdict, to = guard.admit(tp, event.message.offset, committed)
     if verdict == "seek":
         assert to is not None
         await app.consumer.seek(tp, to)
@@ -147,11 +189,8 @@ async def unstick_tails(app: Any, guards: Any, quiet_s: float = 3.0) -> int:
                 continue
             want = g.expected.get(tp)
             if want is None:
-                # Nothing let through since the assignment: the first message due is
-                # the committed offset, or our own last one, or (neither known) the
-                # partition's beginning, where ``auto.offset.reset=earliest`` starts;
-                # the core drops replays.
-                want = g.baseline(tp, consumer._committed_offset.get(tp)) or 0
+                # Nothing let through since the assignment (the core drops replays).
+                want = await first_due(app, g, tp)
             high = consumer.highwater(tp)
             if high is None or high <= want:
                 continue
