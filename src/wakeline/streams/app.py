@@ -39,8 +39,6 @@ from wakeline.derive import DeriveExecutor, JobSpec, RunResult
 from wakeline.streams import stimuli
 from wakeline.streams.changes import decode_change
 from wakeline.streams.cron import CronScheduler
-from wakeline.streams.keys import entity_key, parse_key, split_state_key, state_key
-from wakeline.streams.sinks import OutcomeWriter
 from wakeline.streams.guard import (
     OffsetGuard,
     admit_batch,
@@ -48,6 +46,8 @@ from wakeline.streams.guard import (
     unstick_recovery,
     unstick_tails,
 )
+from wakeline.streams.keys import entity_key, parse_key, split_state_key, state_key
+from wakeline.streams.sinks import OutcomeWriter
 from wakeline.streams.timers import TimerIndex
 from wakeline.topology import Topology
 
@@ -148,6 +148,12 @@ class Runtime:
             self._enricher = Enricher(self.catalog, Store.connect(self.dsn))
         return self._enricher
 
+    @property
+    def group_id(self) -> str:
+        """The Faust app id, the consumer group of the conditions, derive and cron
+        roles; the readiness role's group is ``<group_id>-readiness``."""
+        return self.app_id or f"wakeline-{self.topology.name}"
+
     def partition_of(self, key: bytes) -> int:
         return (murmur2(key) & 0x7FFFFFFF) % self.partitions
 
@@ -183,7 +189,7 @@ def build_app(rt: Runtime) -> faust.App:
     from wakeline.services.paths import wakeline_home
 
     topo = rt.topology
-    app_id = rt.app_id or f"wakeline-{topo.name}"
+    app_id = rt.group_id
     datadir = wakeline_home() / "faust" / app_id
     datadir.parent.mkdir(parents=True, exist_ok=True)
     app = faust.App(
@@ -221,12 +227,9 @@ def build_app(rt: Runtime) -> faust.App:
     guards = rt.guards = {
         "conditions": OffsetGuard("conditions", frozenset({topo.topics.changes.name,
                                                            topo.topics.stimuli.name})),
-        "readiness": OffsetGuard("readiness", frozenset({topo.topics.changes.name})),
         "derive": OffsetGuard("derive", frozenset({topo.topics.derive.name})),
     }
-    active_guards = [guards[n] for n, role in (("conditions", "conditions"),
-                                                ("readiness", "readiness"),
-                                                ("derive", "derive")) if role in rt.roles]
+    active_guards = [guards[n] for n in ("conditions", "derive") if n in rt.roles]
 
     @app.timer(interval=1.0, name="offset-watchdog")
     async def offset_watchdog() -> None:
@@ -238,7 +241,8 @@ def build_app(rt: Runtime) -> faust.App:
         async def stats() -> None:
             c = rt.counters
             print("wakeline-stats", json.dumps({
-                "events": c.events, "batches": c.batches, "dispatched": c.dispatched, "runs": c.runs,
+                "events": c.events, "batches": c.batches, "dispatched": c.dispatched,
+                "runs": c.runs,
                 "ticks": c.ticks, "dead_letters": c.dead_letters, "duplicates": c.duplicates,
                 "by_outcome": c.by_outcome}), flush=True)
 
@@ -304,14 +308,6 @@ def build_app(rt: Runtime) -> faust.App:
             rt.timers.drop_partitions({tp.partition for tp in revoked
                                        if tp.topic == topo.topics.changes.name})
 
-    if "readiness" in rt.roles:
-        changes_only = app.topic(topo.topics.changes.name, **raw)
-
-        @app.agent(changes_only, name="readiness")
-        async def readiness(stream: faust.StreamT) -> None:
-            async for event in contiguous(app, stream, guards["readiness"]):
-                await _enrich(rt, event)
-
     if "derive" in rt.roles:
 
         # One actor: the offset guard needs to see every message of its partitions
@@ -344,9 +340,9 @@ def build_app(rt: Runtime) -> faust.App:
                                      for tp in (tps or ()))
             trace("consumer", "assigned", fmt(c.assignment()), "paused", fmt(c._paused_partitions),
                   "active", fmt(c._active_partitions), "buffered", fmt(c._buffered_partitions),
-                  "flow", c.flow_active, "committed", {fmt([tp])[0]: o for tp, o in
-                                                        c._committed_offset.items()}, "read", {f"{tp.topic.rsplit('.', 1)[-1][:8]}{tp.partition}": o
-                                                  for tp, o in c._read_offset.items()})
+                  "flow", c.flow_active,
+                  "committed", {fmt([tp])[0]: o for tp, o in c._committed_offset.items()},
+                  "read", {fmt([tp])[0]: o for tp, o in c._read_offset.items()})
             with contextlib.suppress(Exception):
                 ak = c._thread._consumer
                 sub = ak._subscription.subscription
@@ -508,27 +504,6 @@ async def _finished_runs(rt: Runtime, st: EntityState) -> list[Any]:
             if job_id == running.get(d) and outcome is not None and at is not None]
 
 
-async def _enrich(rt: Runtime, event: Any) -> None:
-    from wakeline.cdc import envelope
-    from wakeline.cdc.errors import EnvelopeError
-
-    try:
-        parsed = envelope.parse(event.value, event.key)
-    except EnvelopeError:
-        return  # the conditions agent dead-letters it
-    if not isinstance(parsed, envelope.UnreadyInsert):
-        return
-    enricher = rt.enricher()
-    rec = parsed.record
-    if not enricher.handles(rec.collection):
-        return
-    loop = asyncio.get_running_loop()
-    outcome = await loop.run_in_executor(rt._pool, enricher.enrich, parsed.workspace,
-                                         parsed.entity, rec)
-    if outcome is not None:
-        rt.outcomes.put([outcome])
-
-
 async def _dead_letter(rt: Runtime, event: Any, code: str, reason: str) -> None:
     from wakeline.core.outcomes import OutcomeKind
     from wakeline.streams.changes import dead_letter
@@ -550,7 +525,7 @@ async def _run_job(rt: Runtime, job: JobSpec) -> None:
         while True:
             try:
                 result: RunResult = await loop.run_in_executor(rt._pool, ex.execute, job)
-            except Exception as exc:
+            except Exception:
                 # The database or the worker failed, not the derivation: the job is
                 # retried (never dropped), and its cursor row is not touched.
                 infra_failures += 1

@@ -9,10 +9,19 @@ never the agent's memory.  Collections whose enrichment is incomplete are left
 to an external enricher.  A failing enricher is retried with backoff; after the
 budget it is a recorded ``enrichment_failed`` outcome, and the core's
 ``unready_stalled`` outcome says the record blocks its watermark.
+
+:class:`ReadinessConsumer` runs the enricher in a worker process with the
+readiness role. It reads the change topic in a consumer group of its own,
+``<app id>-readiness``, so every partition is enriched once among all workers
+with the role, whatever other roles they run. When readiness was a Faust agent
+in the conditions group, a readiness-only worker and a conditions-only worker
+split the change topic's partitions between them: each role saw half.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -24,6 +33,8 @@ from wakeline.core.inputs import record_dict
 from wakeline.core.outcomes import Outcome, OutcomeKind
 from wakeline.core.plan import Rec
 from wakeline.store import Store
+
+log = logging.getLogger("wakeline.streams.readiness")
 
 
 class Enricher:
@@ -68,3 +79,78 @@ class Enricher:
                        f"enrichment of seq {rec.seq} failed after {self.attempts} attempts: "
                        f"{type(error).__name__}: {error}", datetime.now(UTC), workspace, entity,
                        None, None, {"seq": rec.seq, "collection": rec.collection})
+
+
+class ReadinessConsumer(threading.Thread):
+    """The readiness role: the change topic in group ``<group>``, enriched in order.
+
+    Offsets are committed after each batch is enriched (at least once; enriching
+    twice is harmless, :meth:`Store.mark_ready` leaves ready records alone).
+    Envelopes that do not parse are skipped here: the conditions agent
+    dead-letters them."""
+
+    def __init__(self, enricher: Enricher, *, bootstrap: str, topic: str, group: str,
+                 stop: threading.Event, on_outcome: Callable[[Outcome], None],
+                 announce: bool = False, batch: int = 500) -> None:
+        super().__init__(name="readiness", daemon=True)
+        self.enricher = enricher
+        self.bootstrap, self.topic, self.group = bootstrap, topic, group
+        self.stop_event, self.on_outcome = stop, on_outcome
+        self.announce, self.batch = announce, batch
+        self.enriched = 0
+        self.assigned: set[int] = set()
+
+    def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+        self.assigned |= {p.partition for p in partitions}
+        if self.announce:
+            print(f"wakeline: readiness ready, partitions {sorted(self.assigned)}", flush=True)
+
+    def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
+        self.assigned -= {p.partition for p in partitions}
+
+    def handle(self, key: bytes | None, value: bytes | None) -> bool:
+        """Enrich one change event when it is an unready insert we cover."""
+        from wakeline.cdc import envelope
+        from wakeline.cdc.errors import EnvelopeError
+
+        try:
+            parsed = envelope.parse(value, key)
+        except EnvelopeError:
+            return False
+        if not isinstance(parsed, envelope.UnreadyInsert):
+            return False
+        rec = parsed.record
+        if not self.enricher.handles(rec.collection):
+            return False
+        outcome = self.enricher.enrich(parsed.workspace, parsed.entity, rec)
+        if outcome is not None:
+            self.on_outcome(outcome)
+        self.enriched += 1
+        return True
+
+    def run(self) -> None:
+        from confluent_kafka import Consumer, KafkaException
+
+        consumer = Consumer({
+            "bootstrap.servers": self.bootstrap, "group.id": self.group,
+            "enable.auto.commit": False, "auto.offset.reset": "earliest",
+            "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000,
+        })
+        consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
+        try:
+            while not self.stop_event.is_set():
+                msgs = consumer.consume(self.batch, timeout=0.2)
+                handled = False
+                for m in msgs:
+                    if m.error() is not None:
+                        log.warning("readiness: %s", m.error())
+                        continue
+                    self.handle(m.key(), m.value())
+                    handled = True
+                if handled:
+                    try:
+                        consumer.commit(asynchronous=False)
+                    except KafkaException as exc:  # a rebalance: the next owner re-enriches
+                        log.warning("readiness: commit failed: %s", exc)
+        finally:
+            consumer.close()

@@ -2,7 +2,10 @@
 
 ``run_worker`` blocks until the worker is stopped (SIGINT/SIGTERM), then stops
 the relay and closes every resource.  Several processes with the same app id
-share the partitions of each agent's topics (a consumer group per agent).
+share the partitions of the agents' topics: the Faust agents (conditions, derive)
+in the group named by the app id, the readiness consumer in ``<app id>-readiness``
+(it reads the same change topic as the conditions agent, and each of the two
+must see every partition).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import faust
 from wakeline.cdc.relay import Relay
 from wakeline.streams.app import Runtime, build_app
 from wakeline.streams.pauses import PauseSync
+from wakeline.streams.readiness import ReadinessConsumer
 
 log = logging.getLogger("wakeline.worker")
 
@@ -46,6 +50,17 @@ def start_relay(rt: Runtime, stop: threading.Event) -> tuple[Relay, threading.Th
     return relay, thread
 
 
+def start_readiness(rt: Runtime, stop: threading.Event) -> ReadinessConsumer:
+    """The readiness role's consumer, in a group of its own (streams/readiness.py)."""
+    consumer = ReadinessConsumer(rt.enricher(), bootstrap=rt.bootstrap,
+                                 topic=rt.topology.topics.changes.name,
+                                 group=f"{rt.group_id}-readiness", stop=stop,
+                                 on_outcome=lambda o: rt.outcomes.put([o]),
+                                 announce=rt.announce)
+    consumer.start()
+    return consumer
+
+
 def run_worker(rt: Runtime, *, relay: bool = False, loglevel: str = "warn",
                on_started: Callable[[faust.App], Any] | None = None) -> None:
     ensure_topics(rt)
@@ -54,6 +69,7 @@ def run_worker(rt: Runtime, *, relay: bool = False, loglevel: str = "warn",
     relay_parts = start_relay(rt, stop) if relay else None
     # Operator pauses from PostgreSQL (wakeline.streams.pauses), for the conditions role.
     pause_sync = PauseSync(rt, stop).start() if "conditions" in rt.roles else None
+    readiness = start_readiness(rt, stop) if "readiness" in rt.roles else None
     if on_started is not None:
         @app.task
         async def _started() -> None:
@@ -69,6 +85,8 @@ def run_worker(rt: Runtime, *, relay: bool = False, loglevel: str = "warn",
         stop.set()
         if pause_sync is not None:
             pause_sync.join(10)
+        if readiness is not None:
+            readiness.join(10)
         if relay_parts is not None:
             relay_parts[1].join(10)
             relay_parts[0].close()
