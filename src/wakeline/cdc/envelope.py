@@ -40,11 +40,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any, Final, Literal
 from urllib.parse import quote
 
+from wakeline.cdc._json import loads
 from wakeline.cdc.errors import (
     BadValue,
     MissingField,
@@ -134,10 +136,24 @@ class _Change:
     workspace: str
     entity: str
     source: Source
-    raw: RawChange
+    #: what :attr:`raw` is built from, on first use: (row id, decoded new row, decoded
+    #: old row); only change-feed handlers read it, the condition path never does
+    raw_parts: tuple[str, dict[str, Any] | None, dict[str, Any] | None] = field(
+        repr=False, compare=False)
     position: int
     ts_ms: int | None = None  # when the connector wrote the event
     transaction: TxInfo | None = None
+
+    @cached_property
+    def raw(self) -> RawChange:
+        """The change-feed handler's view of this change."""
+        row_id, new, old = self.raw_parts
+        src = self.source
+        lsn = src.lsn or 0
+        return RawChange(table=src.table, id=row_id, op=_RAW_OPS[self.op], new=new, old=old,
+                         ts=(src.ts_us or 0) / 1e6, change_id=f"{src.table}:{row_id}:{lsn}",
+                         lsn=lsn, tx_id=src.tx_id,
+                         snapshot=src.is_snapshot or self.op == "r")
 
     @property
     def table(self) -> str:
@@ -333,7 +349,7 @@ def parse_instant(value: Any, column: str) -> float | None:
 def _json_column(value: Any, column: str) -> dict[str, Any]:
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            value = loads(value)
         except ValueError as exc:
             raise BadValue(f"{column}: not JSON text: {exc}", field=column) from exc
     if value is None:
@@ -460,8 +476,13 @@ def _load(value: bytes | bytearray | memoryview | str, max_bytes: int) -> Any:
         raise Oversized(f"message of {size} bytes exceeds the {max_bytes}-byte limit",
                         size=size, limit=max_bytes)
     if not isinstance(value, str):
+        value = bytes(value)
         try:
-            value = bytes(value).decode("utf-8")
+            return loads(value)
+        except ValueError:
+            pass  # say why below, from the text
+        try:
+            value = value.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise NotJson(f"not UTF-8 text: {exc}") from exc
     try:
@@ -485,7 +506,7 @@ def _source(doc: Mapping[str, Any]) -> Source:
     seq = src.get("sequence")
     if isinstance(seq, str):
         try:
-            pair = json.loads(seq)
+            pair = loads(seq)
             if isinstance(pair, list) and pair and pair[0] is not None:
                 prev = int(pair[0])
         except (ValueError, TypeError):
@@ -535,7 +556,7 @@ def _check_key(key: bytes | str | None, workspace: str, entity: str) -> None:
     if key is None:
         return
     try:
-        doc = json.loads(key)
+        doc = loads(key)
     except (ValueError, UnicodeDecodeError) as exc:
         raise NotJson(f"message key is not JSON: {exc}") from exc
     if isinstance(doc, dict) and "payload" in doc and "schema" in doc:
@@ -604,18 +625,17 @@ def parse(value: bytes | bytearray | memoryview | str | Mapping[str, Any] | None
     entity = _str(row, "entity", required=True)
     _check_key(key, workspace, entity)
     snapshot = source.is_snapshot or op == "r"
-    lsn = source.lsn or 0
-    ts_us = source.ts_us or 0
     try:
         row_id = _row_id(table, row)
     except KeyError as exc:
         raise MissingField(f"row has no {exc.args[0]!r}", field=str(exc.args[0])) from None
-    raw = RawChange(table=table, id=row_id, op=_RAW_OPS[op],
-                    new=_decoded(table, after_raw), old=_decoded(table, before_raw),
-                    ts=ts_us / 1e6, change_id=f"{table}:{row_id}:{lsn}", lsn=lsn,
-                    tx_id=source.tx_id, snapshot=snapshot)
+    # JSON columns are decoded once, here; the records below and the change-feed view
+    # share the decoded dicts (both treat them as read-only).
+    after_raw = _decoded(table, after_raw)
+    before_raw = _decoded(table, before_raw)
     common: dict[str, Any] = {
-        "op": op, "workspace": workspace, "entity": entity, "source": source, "raw": raw,
+        "op": op, "workspace": workspace, "entity": entity, "source": source,
+        "raw_parts": (row_id, after_raw, before_raw),
         "position": position_of(source.prev_commit_lsn, source.lsn, snapshot),
         "ts_ms": doc.get("ts_ms") if isinstance(doc.get("ts_ms"), int) else None,
         "transaction": _transaction(doc),
