@@ -113,10 +113,12 @@ class Stack:
     catalog: Path
     partitions: int
     workers: list[Worker] = field(default_factory=list)
+    #: bump to run workers of a fresh consumer group (and state) over the same topics
+    run: int = 0
 
     @property
     def app_id(self) -> str:
-        return f"wl-{self.name}"
+        return f"wl-{self.name}" + (f"-r{self.run}" if self.run else "")
 
     def topic(self, kind: str) -> str:
         return f"{self.name}.{kind}"

@@ -239,17 +239,14 @@ def measure(svc: Services, catalog: Path, path: str, rate: float, args: argparse
             conn.create()
             conn.wait_streaming(stack.dsn, stack.bootstrap, timeout=180,
                                 partitions=stack.partitions)
-            w = stack.worker("conditions", env=env)
+            w = stack.worker("readiness", "conditions", env=env)
             if connect_pid:
                 procs["connect"] = connect_pid
         elif args.relay_process == "same":
-            w = stack.worker("conditions", relay=True, env=env)
+            w = stack.worker("readiness", "conditions", relay=True, env=env)
         else:
-            # `wakeline cdc relay` in its own process.  (Not `wakeline worker --role
-            # readiness --relay`: a readiness worker joins the conditions worker's
-            # consumer group and takes half of the changes partitions, whose records
-            # the conditions agent then never sees.)
-            w = stack.worker("conditions", env=env)
+            # `wakeline cdc relay` in its own process.
+            w = stack.worker("readiness", "conditions", env=env)
             r = _relay_process(stack)
             r.wait_for("relay: slot", timeout=120)
             procs["relay"] = r.pid

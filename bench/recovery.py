@@ -318,7 +318,8 @@ def start_worker(stack: Stack, clock: LineClock, loglevel: str) -> tuple[Worker,
 
     cmd = [sys.executable, "-m", "wakeline.cli.main", "worker", "--topology",
            str(stack.topology), "--catalog", str(stack.catalog), "--dsn", stack.dsn,
-           "--bootstrap", stack.bootstrap, "--app-id", stack.app_id, "--role", "conditions",
+           "--bootstrap", stack.bootstrap, "--app-id", stack.app_id, "--role", "readiness",
+           "--role", "conditions",
            "--loglevel", loglevel]
     t = time.time()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -1,12 +1,15 @@
 """Conditions throughput end to end: ready records/s through one worker process.
 
 The changes topic is loaded first (records written to PostgreSQL and relayed by the
-built-in relay, so the events are the real change envelopes), then ONE worker
-process with the ``conditions`` role consumes it: decode, apply to the entity's
-state (a changelogged Faust table), send coalesced jobs to the derive topic,
-record outcomes.  No derive worker runs, so later stimuli of an entity with a job
-in flight are coalesced into its queued job.  The figure is records/s from the
-worker's "ready" line until its counters have seen every record.
+built-in relay, so the events are the real change envelopes), then worker
+processes consume it: the readiness stage parses the envelopes into ready batches,
+the conditions agent applies them to the entities' states (changelogged), sends
+coalesced jobs to the derive topic and records outcomes.  Two layouts, each a fresh
+consumer group over the same topic: ``one`` -- ONE process runs both roles;
+``split`` -- the readiness stage runs in a second process, so the conditions
+process's own cost shows.  No derive worker runs, so later stimuli of an entity
+with a job in flight are coalesced into its queued job.  The figure is records/s
+from the worker's "ready" line until its counters have seen every record.
 
 References in the same run: the raw consume rate of the same topic with
 confluent-kafka (``consume(10000)``, no decoding) — the ceiling the issue names —
@@ -14,7 +17,7 @@ and a bare Faust agent iterating the same topic doing nothing (bench/_faust_bare
 the ceiling of any per-event Faust agent on this machine.
 
     python bench/stream_throughput.py [--broker kafka|tansu|both] [--entities 100000]
-        [--records 200000] [--partitions 4] [--tiny]
+        [--records 200000] [--partitions 4] [--layout one split] [--tiny]
 """
 
 from __future__ import annotations
@@ -94,15 +97,23 @@ def bare_faust(stack: Stack, expect: int) -> dict[str, float]:
     raise RuntimeError("bare Faust agent gave no result:\n" + proc.stderr[-3000:])
 
 
-def run_workers(stack: Stack, expect: int, workers: int = 1,
+def run_workers(stack: Stack, expect: int, workers: int = 1, layout: str = "one",
                 stats_interval: float = 0.1) -> dict[str, Any]:
     """``workers`` conditions processes; records/s over what they process after the last
     one is ready (with several, the earlier ones start before: what they did until the
-    last one's recovery and a 2 s settle is not counted)."""
+    last one's reload and a 2 s settle is not counted).
+
+    ``layout``: ``one`` -- each process runs the readiness stage (change topic ->
+    ready batches) and the conditions agent, as ``wakeline worker`` does by default;
+    ``split`` -- one more process runs the readiness stage alone, so the conditions
+    processes' own cost shows apart.  Every run is a fresh consumer group."""
+    stack.run += 1
     env = {"WAKELINE_STATS_INTERVAL": str(stats_interval)}
+    roles = ("readiness", "conditions") if layout == "one" else ("conditions",)
+    feeder = None
     ws = []
     for _ in range(workers):
-        w = stack.worker("conditions", env=env)
+        w = stack.worker(*roles, env=env)
         w.wait_for("conditions ready", timeout=300)
         ws.append(w)
     if workers > 1:
@@ -125,12 +136,15 @@ def run_workers(stack: Stack, expect: int, workers: int = 1,
                 raise RuntimeError("worker exited:\n" + "\n".join(w.lines[-40:]))
         if workers == 1:
             return sum(x.get("events", 0) for x in last)
-        done = stack.committed(stack.app_id, stack.topic("changes"))
+        done = stack.committed(stack.app_id + "-readiness", stack.topic("changes"))
         return expect - sum(max(0, end - max(0, done.get(p, 0))) for p, end in ends.items())
 
     t0 = time.monotonic()
     before = poll()
-    cpu0 = sum(cpu_seconds(w.pid) for w in ws)
+    if layout == "split":  # the input starts flowing when the readiness stage starts
+        feeder = stack.worker("readiness", env=env)
+    procs = ws + ([feeder] if feeder else [])
+    cpu0 = {w.pid: cpu_seconds(w.pid) for w in procs}
     t_done = None
     deadline = t0 + 1800
     peak_rss = 0
@@ -143,8 +157,9 @@ def run_workers(stack: Stack, expect: int, workers: int = 1,
         time.sleep(0.05)
     if t_done is None:
         raise RuntimeError(f"workers saw {poll()} of {expect} records")
-    cpu = sum(cpu_seconds(w.pid) for w in ws) - cpu0
-    for w in ws:
+    cpu = sum(cpu_seconds(w.pid) - cpu0[w.pid] for w in ws)
+    feeder_cpu = cpu_seconds(feeder.pid) - cpu0[feeder.pid] if feeder else 0.0
+    for w in procs:
         w.stop()
     dt = t_done - t0
     measured = expect - before
@@ -152,10 +167,15 @@ def run_workers(stack: Stack, expect: int, workers: int = 1,
     for x in last:
         for k, v in x.get("by_outcome", {}).items():
             by_outcome[k] = by_outcome.get(k, 0) + v
-    return {"workers": workers, "seconds": dt, "measured": measured, "rate": measured / dt,
+    return {"workers": workers, "layout": layout, "seconds": dt, "measured": measured,
+            "rate": measured / dt,
             "jobs": sum(x.get("dispatched", 0) for x in last),
             "batches": sum(x.get("batches", 0) for x in last),
+            "state_writes": sum(x.get("state_writes", 0) for x in last),
             "cpu": cpu, "cpu_pct": 100 * cpu / dt, "rss_mb": peak_rss / 2**20,
+            "readiness_cpu_pct": 100 * feeder_cpu / dt,
+            "us_per_record": 1e6 * cpu / measured,
+            "readiness_us_per_record": 1e6 * feeder_cpu / measured,
             "by_outcome": by_outcome}
 
 
@@ -208,9 +228,9 @@ def bench(broker: str, args: argparse.Namespace, catalog: Path) -> dict[str, Any
         load_s = time.perf_counter() - t
         raw = raw_consume(stack, n)
         bare = bare_faust(stack, n)
-        res = run_workers(stack, n, args.workers)
+        runs = [run_workers(stack, n, args.workers, layout) for layout in args.layout]
         return {"broker": broker, "n": n, "load_s": load_s, "raw": raw, "bare": bare,
-                "worker": res}
+                "worker": max(runs, key=lambda r: r["rate"]), "runs": runs}
 
 
 def main() -> int:
@@ -223,6 +243,9 @@ def main() -> int:
     ap.add_argument("--tiny", action="store_true", help="smoke run: Tansu, 200 entities, "
                     "1,000 records")
     ap.add_argument("--workers", type=int, default=1, help="conditions worker processes")
+    ap.add_argument("--layout", nargs="+", choices=("one", "split"), default=["one", "split"],
+                    help="one: readiness + conditions in each process; split: readiness in a "
+                    "process of its own")
     ap.add_argument("--json", type=Path, help="also write the results as JSON here")
     ap.add_argument("--sweep", type=Path, metavar="PNG",
                     help="instead: records/s against partitions and workers, drawn here")
@@ -250,10 +273,16 @@ def main() -> int:
         print(f"[{r['broker']}] loaded {r['n']:,} change events in {r['load_s']:.1f} s")
         print(f"  raw consume (confluent-kafka): {raw['rate']:10,.0f} records/s")
         print(f"  bare Faust agent (no work):    {r['bare']['rate']:10,.0f} records/s")
-        print(f"  conditions worker:             {w['rate']:10,.0f} records/s "
-              f"({w['seconds']:.1f} s, {w['jobs']:,} jobs, {w['batches']:,} batches, "
-              f"CPU {w['cpu_pct']:.0f}% of a core, "
-              f"peak RSS {w['rss_mb']:.0f} MiB)")
+        for w in r["runs"]:
+            what = ("readiness + conditions in one process" if w["layout"] == "one"
+                    else "conditions process, readiness apart")
+            print(f"  {what + ':':<44} {w['rate']:10,.0f} records/s "
+                  f"({w['seconds']:.1f} s, {w['jobs']:,} jobs, {w['batches']:,} batches, "
+                  f"{w['state_writes']:,} state writes; CPU {w['cpu_pct']:.0f}% of a core, "
+                  f"{w['us_per_record']:.0f} us/record"
+                  + (f"; readiness process {w['readiness_cpu_pct']:.0f}%, "
+                     f"{w['readiness_us_per_record']:.0f} us/record" if w["layout"] == "split"
+                     else "") + f"; peak RSS {w['rss_mb']:.0f} MiB)")
         print(f"  outcomes: {w['by_outcome']}")
     if args.json:
         args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)},

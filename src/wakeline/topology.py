@@ -49,14 +49,30 @@ class Topics(_Model):
     stimuli: TopicSpec = TopicSpec(name="wakeline.stimuli")
     derive: TopicSpec = TopicSpec(name="wakeline.derive")
     dead_letter: TopicSpec = TopicSpec(name="wakeline.dead-letter", partitions=1)
+    #: the readiness stage's batches of decoded changes (wakeline.streams.ready), one
+    #: partition per changes partition; default ``<changes name>.ready``
+    ready_name: str | None = Field(default=None, alias="ready")
 
     @model_validator(mode="after")
     def _co_partitioned(self) -> Topics:
-        # One agent consumes changes and stimuli together, keyed by entity.
+        # One agent consumes ready batches and stimuli together, keyed by entity.
         if self.changes.partitions != self.stimuli.partitions:
             raise ValueError("changes and stimuli must have the same partition count "
                              f"({self.changes.partitions} != {self.stimuli.partitions})")
         return self
+
+    @property
+    def ready(self) -> TopicSpec:
+        """Co-partitioned with ``changes`` by construction: partition p of the ready
+        topic holds the batches of partition p of the changes topic."""
+        return TopicSpec(name=self.ready_name or f"{self.changes.name}.ready",
+                         partitions=self.changes.partitions)
+
+    def state_changelog(self, app_id: str) -> TopicSpec:
+        """The conditions agents' per-entity state changelog (compacted), one partition
+        per changes partition (wakeline.streams.statestore)."""
+        return TopicSpec(name=f"{app_id}-wakeline-entity-state-changelog",
+                         partitions=self.changes.partitions)
 
 
 class Topology(_Model):
@@ -67,7 +83,9 @@ class Topology(_Model):
     postgres: PostgresSpec = PostgresSpec()
     cdc: CdcSpec = CdcSpec()
     topics: Topics = Topics()
-    state_store: Literal["memory", "rocksdb"] = "memory"
+    #: where the conditions agents keep entity states: in memory, reloaded from their
+    #: compacted changelog topic on assignment (wakeline.streams.statestore)
+    state_store: Literal["memory"] = "memory"
     roles: dict[str, list[str]] = Field(default_factory=dict)
 
 

@@ -96,7 +96,7 @@ def test_rebalance_mid_stream_loses_and_duplicates_nothing(pg_server, kafka_brok
     root = catalog_dir(tmp_path, {"w": derivation("w", "write: {}", function="simfuncs:noop")})
     st = make_stack(pg_server, tmp_path, kafka_broker.bootstrap, root, partitions=4)
     try:
-        a = st.worker("conditions", "derive", relay=True)
+        a = st.worker("readiness", "conditions", "derive", relay=True)
         a.wait_for("conditions ready", timeout=90)
         expected: dict[str, int] = {}
         def burst(n: int) -> None:
@@ -106,7 +106,7 @@ def test_rebalance_mid_stream_loses_and_duplicates_nothing(pg_server, kafka_brok
                 expected[e] = expected.get(e, 0) + 1
         burst(ENTITIES * 2)
         st.wait_runs(ENTITIES // 2, derivation="w", timeout=60)
-        b = st.worker("conditions")            # joins: partitions move mid-stream
+        b = st.worker("readiness", "conditions")  # joins: partitions move mid-stream
         burst(ENTITIES * 2)
         b.wait_for("conditions ready", timeout=90)
         burst(ENTITIES * 2)
@@ -123,6 +123,9 @@ def test_rebalance_mid_stream_loses_and_duplicates_nothing(pg_server, kafka_brok
         time.sleep(2)
         check_exactly_once(st, expected)
         assert any("conditions ready" in line for line in b.lines)
+        # ready partition p and stimuli partition p were always on one worker
+        assert not [line for w in st.workers for line in w.lines
+                    if "not co-partitioned" in line]
     finally:
         st.stop()
         st.store.close()

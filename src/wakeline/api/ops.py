@@ -55,7 +55,9 @@ class Kafka:
         return self._kind
 
     def groups(self) -> tuple[list[str], str | None]:
-        wanted = {self.ctx.app_id or "", *self.ctx.settings.consumer_groups} - {""}
+        app_id = self.ctx.app_id or ""
+        wanted = {app_id, f"{app_id}-readiness" if app_id else "",
+                  *self.ctx.settings.consumer_groups} - {""}
         note = None
         try:
             listed = self.admin.list_consumer_groups(request_timeout=5).result(6)
@@ -80,8 +82,9 @@ def _kafka(ctx: ApiContext) -> Kafka:
 
 def _agent_of(ctx: ApiContext, topic: str) -> str:
     t = ctx.topology.topics
-    return {t.changes.name: "conditions", t.stimuli.name: "conditions",
-            t.derive.name: "derive", f"{t.changes.name}.cron": "cron"}.get(topic, "other")
+    return {t.changes.name: "readiness", t.ready.name: "conditions",
+            t.stimuli.name: "conditions", t.derive.name: "derive",
+            f"{t.changes.name}.cron": "cron"}.get(topic, "other")
 
 
 def consumer_lag(ctx: ApiContext) -> dict[str, Any]:

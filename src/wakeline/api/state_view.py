@@ -1,10 +1,11 @@
 """A read-only view of the conditions agents' per-entity state, tailed from the log.
 
 The mailbox (queued jobs, settle deadlines, the next due timer) lives in the
-conditions agent's Faust table; its changelog topic
+conditions agent's entity store; its changelog topic
 ``<app_id>-wakeline-entity-state-changelog`` holds the latest state of every
-entity as :func:`wakeline.core.codec.encode_state` bytes (older workers wrote
-JSON; both decode).  The value leaves the identity to the key.  This view
+entity as :func:`wakeline.core.codec.encode_state` bytes behind a small frame
+(:mod:`wakeline.streams.statestore`; older workers wrote bare codec bytes or
+JSON; all decode).  The value leaves the identity to the key.  This view
 consumes that topic from the beginning in a daemon thread (no consumer group,
 nothing committed) and keeps the latest bytes per entity, so the dashboard and
 ``GET /jobs/{id}`` can see queued jobs that PostgreSQL does not hold yet.
@@ -27,6 +28,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from wakeline.core.codec import decode_state
 from wakeline.core.state import EntityState
 from wakeline.streams.keys import split_state_key, state_key
+from wakeline.streams.statestore import unframe
 
 log = logging.getLogger("wakeline.api.state")
 
@@ -116,14 +118,14 @@ class StateView:
             if not data or not isinstance(skey, str):
                 continue
             try:
-                yield decode_state(data, *split_state_key(skey))
+                yield decode_state(unframe(data)[0], *split_state_key(skey))
             except (ValueError, KeyError, TypeError):
                 continue
 
     def state(self, workspace: str, entity: str) -> EntityState | None:
         with self._lock:
             data = self._states.get(state_key(workspace, entity))
-        return decode_state(data, workspace, entity) if data else None
+        return decode_state(unframe(data)[0], workspace, entity) if data else None
 
     def __len__(self) -> int:
         return len(self._states)

@@ -31,18 +31,20 @@ def producer_config(bootstrap: str, extra: Mapping[str, Any] | None = None) -> d
 
 
 def ensure_topic(bootstrap: str, topic: str, partitions: int, *, replication: int = 1,
-                 timeout: float = 30.0) -> int:
+                 timeout: float = 30.0, config: Mapping[str, str] | None = None) -> int:
     """Create ``topic`` unless it exists; return its partition count.
 
     An existing topic is left as it is (a different partition count is the
-    operator's choice and is returned so callers can warn).
+    operator's choice and is returned so callers can warn).  ``config``: topic
+    settings such as ``cleanup.policy``.
     """
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
     meta = admin.list_topics(timeout=timeout)
     existing = meta.topics.get(topic)
     if existing is not None and existing.error is None and existing.partitions:
         return len(existing.partitions)
-    futures = admin.create_topics([NewTopic(topic, partitions, replication)],
+    futures = admin.create_topics([NewTopic(topic, partitions, replication,
+                                            config=dict(config or {}))],
                                   operation_timeout=timeout, request_timeout=timeout)
     try:
         futures[topic].result(timeout)

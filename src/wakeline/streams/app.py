@@ -2,10 +2,13 @@
 
 Roles (a worker runs one or several):
 
-- ``conditions``: consumes ``changes`` + ``stimuli`` (co-partitioned by entity),
-  applies each event to the entity's state (a changelogged Faust table), sends
-  dispatched jobs to ``derive``, records outcomes, keeps the time index and sends
-  the ticks it finds due;
+- ``readiness`` (wakeline.streams.readiness, a confluent-kafka consumer in a group
+  of its own): parses the ``changes`` topic, dead-letters, enriches, and forwards
+  the core's events as ready batches (wakeline.streams.ready);
+- ``conditions``: consumes ready batches + ``stimuli`` (co-partitioned by entity),
+  applies each event to the entity's state (wakeline.streams.statestore: in
+  memory, changelogged to a compacted topic), sends dispatched jobs to ``derive``,
+  records outcomes, keeps the time index and sends the ticks it finds due;
 - ``derive``: consumes ``derive`` and runs jobs with :class:`DeriveExecutor`
   (co-commit in PostgreSQL; the cursor row's change comes back on ``changes``
   and re-evaluates the entity, in order with its records);
@@ -31,23 +34,21 @@ from aiokafka.partitioner import murmur2
 from wakeline.catalog import Catalog
 from wakeline.clock import Clock, SystemClock
 from wakeline.core.build import build_plan
-from wakeline.core.codec import decode_state, encode_state
 from wakeline.core.engine import Dispatch, Engine
 from wakeline.core.outcomes import Outcome
 from wakeline.core.state import EntityState
 from wakeline.derive import DeriveExecutor, JobSpec, RunResult
-from wakeline.streams import stimuli
-from wakeline.streams.changes import decode_change
+from wakeline.streams import ready, stimuli
 from wakeline.streams.cron import CronScheduler
 from wakeline.streams.guard import (
     OffsetGuard,
     admit_batch,
     contiguous,
-    unstick_recovery,
     unstick_tails,
 )
 from wakeline.streams.keys import entity_key, parse_key, split_state_key, state_key
 from wakeline.streams.sinks import OutcomeWriter
+from wakeline.streams.statestore import EntityStore, Reloaded
 from wakeline.streams.timers import TimerIndex
 from wakeline.topology import Topology
 
@@ -68,7 +69,7 @@ ROLES = ("readiness", "conditions", "derive", "cron")
 
 @dataclass
 class Counters:
-    events: int = 0
+    events: int = 0  # change items and stimuli applied by the conditions agent
     duplicates: int = 0
     dead_letters: int = 0
     dispatched: int = 0
@@ -77,7 +78,9 @@ class Counters:
     batches: int = 0  # conditions batches handled
     restores: int = 0
     tail_seeks: int = 0  # stream partitions whose dropped tail was sought back
-    recovery_seeks: int = 0  # stalled changelog recoveries sought back (streams/guard.py)
+    replayed: int = 0  # ready items at or below an offset this worker already applied
+    unowned: int = 0  # messages of partitions no longer assigned (after a rebalance)
+    state_writes: int = 0  # changelog messages of entity states
     by_outcome: dict[str, int] = field(default_factory=dict)
 
 
@@ -115,8 +118,17 @@ class Runtime:
         self._outcomes: OutcomeWriter | None = None
         self._executors: asyncio.Queue[DeriveExecutor] | None = None
         self._enricher: Any = None
+        self._producer: Any = None
+        self.readiness: Any = None  # the readiness role's consumer, when this worker runs it
+        #: per ready partition, the highest source offset applied since the assignment
+        self.applied: dict[int, int] = {}
+        self.store = EntityStore(
+            bootstrap=self.bootstrap,
+            topic=self.topology.topics.state_changelog(self.group_id).name,
+            group=f"{self.group_id}-restore", meta=self.wakeup_and_running)
         self._pool = ThreadPoolExecutor(max_workers=max(1, self.derive_concurrency),
                                         thread_name_prefix="derive")
+        self._io = ThreadPoolExecutor(max_workers=4, thread_name_prefix="conditions-io")
 
     # -- resources --------------------------------------------------------------------
 
@@ -149,6 +161,23 @@ class Runtime:
         return self._enricher
 
     @property
+    def producer(self) -> Any:
+        """The conditions agent's librdkafka producer: jobs and state changelog messages
+        (one ``produce`` call each, against Faust's producer path per message)."""
+        if self._producer is None:
+            from confluent_kafka import Producer
+
+            from wakeline.cdc._kafka import producer_config
+
+            self._producer = Producer(producer_config(self.bootstrap, {"linger.ms": 1}))
+        return self._producer
+
+    def wakeup_and_running(self, st: EntityState) -> tuple[float | None, bool]:
+        """What the state changelog carries ahead of a state (streams/statestore.py)."""
+        return (self.engine.next_wakeup(st),
+                any(ds.running is not None for ds in st.ds.values()))
+
+    @property
     def group_id(self) -> str:
         """The Faust app id, the consumer group of the conditions, derive and cron
         roles; the readiness role's group is ``<group_id>-readiness``."""
@@ -158,26 +187,15 @@ class Runtime:
         return (murmur2(key) & 0x7FFFFFFF) % self.partitions
 
     def close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(10)
         if self._outcomes is not None:
             self._outcomes.close()
         if self._executors is not None:
             while not self._executors.empty():
                 self._executors.get_nowait().close()
         self._pool.shutdown(wait=False, cancel_futures=True)
-
-
-class EntityTable(faust.Table):
-    """The state table, whose changelog partition is the entity's partition computed
-    from the key (the same murmur2 partitioning as the source topics), so a batch can
-    write the states of several partitions' entities after the events that made them
-    (Faust's Table takes the partition from the current event)."""
-
-    def __init__(self, *args: Any, partition_of: Callable[[str], int], **kw: Any) -> None:
-        super().__init__(*args, **kw)
-        self._partition_of = partition_of
-
-    def partition_for_key(self, key: Any) -> int | None:
-        return self._partition_of(key)
+        self._io.shutdown(wait=False, cancel_futures=True)
 
 
 def cron_topic_name(topo: Topology) -> str:
@@ -192,13 +210,14 @@ def build_app(rt: Runtime) -> faust.App:
     app_id = rt.group_id
     datadir = wakeline_home() / "faust" / app_id
     datadir.parent.mkdir(parents=True, exist_ok=True)
+    force_copartitioned_assignor()
     app = faust.App(
         app_id,
-        # Faust's local table files (RocksDB, offsets) under the runtime folder, not
-        # in the working directory.
+        # Faust's local files (offsets) under the runtime folder, not in the working
+        # directory.
         datadir=str(datadir),
         broker=f"kafka://{rt.bootstrap}",
-        store="rocksdb://" if topo.state_store == "rocksdb" else "memory://",
+        store="memory://",
         topic_partitions=topo.topics.changes.partitions,
         web_enabled=False,
         consumer_auto_offset_reset="earliest",
@@ -211,7 +230,8 @@ def build_app(rt: Runtime) -> faust.App:
         table_standby_replicas=0,
     )
     raw = {"key_serializer": "raw", "value_serializer": "raw"}
-    source = app.topic(topo.topics.changes.name, topo.topics.stimuli.name, **raw)
+    ready_name = topo.topics.ready.name
+    source = app.topic(ready_name, topo.topics.stimuli.name, **raw)
     stimuli_topic = app.topic(topo.topics.stimuli.name, partitions=topo.topics.stimuli.partitions,
                               **raw)
     derive_topic = app.topic(topo.topics.derive.name, partitions=topo.topics.derive.partitions,
@@ -219,13 +239,9 @@ def build_app(rt: Runtime) -> faust.App:
     cron_topic = app.topic(cron_topic_name(topo), partitions=1, **raw)
     rt.dead_letter_topic = app.topic(topo.topics.dead_letter.name,
                                      partitions=topo.topics.dead_letter.partitions, **raw)
-    state = app.tables.add(EntityTable(
-        app, name="wakeline-entity-state", default=None,
-        partitions=topo.topics.changes.partitions, key_type=str, value_type=bytes,
-        partition_of=lambda skey: rt.partition_of(entity_key(*split_state_key(skey)))))
     app.wakeline = rt  # type: ignore[attr-defined]
     guards = rt.guards = {
-        "conditions": OffsetGuard("conditions", frozenset({topo.topics.changes.name,
+        "conditions": OffsetGuard("conditions", frozenset({ready_name,
                                                            topo.topics.stimuli.name})),
         "derive": OffsetGuard("derive", frozenset({topo.topics.derive.name})),
     }
@@ -240,10 +256,15 @@ def build_app(rt: Runtime) -> faust.App:
         @app.timer(interval=rt.stats_interval, name="stats")
         async def stats() -> None:
             c = rt.counters
+            r = rt.readiness
             print("wakeline-stats", json.dumps({
                 "events": c.events, "batches": c.batches, "dispatched": c.dispatched,
-                "runs": c.runs,
-                "ticks": c.ticks, "dead_letters": c.dead_letters, "duplicates": c.duplicates,
+                "runs": c.runs, "ticks": c.ticks, "dead_letters": c.dead_letters,
+                "duplicates": c.duplicates, "replayed": c.replayed,
+                "state_writes": c.state_writes, "entities": len(rt.store),
+                "readiness": None if r is None else {
+                    "consumed": r.consumed, "forwarded": r.forwarded, "batches": r.batches,
+                    "enriched": r.enriched, "dead_letters": r.dead_letters},
                 "by_outcome": c.by_outcome}), flush=True)
 
     @app.on_partitions_revoked.connect
@@ -255,19 +276,15 @@ def build_app(rt: Runtime) -> faust.App:
 
         @app.agent(source, name="conditions")
         async def conditions(stream: faust.StreamT) -> None:
-            # Batches of up to batch_max messages, or what arrived within batch_wait
-            # seconds; Faust acks a batch after it was handled, so an offset is
-            # committed only once its message's effects (state, jobs, outcomes) were
-            # handed to the producer and the outcome writer.
+            # Batches of up to batch_max messages (each ready message holds many
+            # changes), or what arrived within batch_wait seconds; Faust acks a batch
+            # after it was handled, and it is handled once its jobs and states were
+            # acknowledged by the broker and its outcomes handed to the writer.
             async for events in stream.take_events(rt.batch_max, within=rt.batch_wait):
                 batch = await admit_batch(app, guards["conditions"], events)
                 if batch:
-                    await _handle_batch(rt, state, derive_topic, batch)
+                    await _handle_batch(app, rt, batch)
                     rt.counters.batches += 1
-
-        @app.timer(interval=1.0, name="recovery-watchdog")
-        async def recovery_watchdog() -> None:
-            rt.counters.recovery_seeks += await unstick_recovery(app)
 
         @app.timer(interval=rt.tick_interval, name="ticks")
         async def ticks() -> None:
@@ -275,38 +292,22 @@ def build_app(rt: Runtime) -> faust.App:
                 rt.counters.ticks += 1
                 await stimuli_topic.send(key=key, value=stimuli.encode("tick"))
 
-        @state.on_recover
-        async def rebuild_time_index() -> None:
-            assigned = {tp.partition for tp in app.assignor.assigned_actives()
-                        if tp.topic == topo.topics.changes.name}
-            n = 0
-            resync: list[bytes] = []
-            for skey, data in state.items():
-                if not data:
-                    continue
-                key = entity_key(*split_state_key(skey))
-                p = rt.partition_of(key)
-                if p in assigned:
-                    st = load_state(data, *split_state_key(skey))
-                    rt.timers.set(p, key, rt.engine.next_wakeup(st))
-                    n += 1
-                    if any(ds.running is not None for ds in st.ds.values()):
-                        resync.append(key)
-                        trace("resync", key)
-            for key in resync:
-                await stimuli_topic.send(key=key, value=stimuli.encode("resync"))
-            trace("recovered", sorted(assigned), n)
-            log.info("time index rebuilt: %d entities, %d due entries", n, len(rt.timers))
-            if rt.announce:
-                print(f"wakeline: conditions ready, partitions {sorted(assigned)}, "
-                      f"{n} entities", flush=True)
-
-        @app.on_partitions_revoked.connect
-        async def on_revoked(sender: Any, revoked: Any, **kw: Any) -> None:
-            trace("revoked", sorted(tp.partition for tp in revoked
-                                    if tp.topic == topo.topics.changes.name))
-            rt.timers.drop_partitions({tp.partition for tp in revoked
-                                       if tp.topic == topo.topics.changes.name})
+        @app.on_partitions_assigned.connect
+        async def reload_states(sender: Any, assigned: Any, **kw: Any) -> None:
+            owned = {tp.partition for tp in assigned if tp.topic == ready_name}
+            paired = {tp.partition for tp in assigned if tp.topic == topo.topics.stimuli.name}
+            if owned != paired:
+                log.error("ready partitions %s and stimuli partitions %s are not co-partitioned"
+                          " on this worker: entities of the difference see half their events",
+                          sorted(owned), sorted(paired))
+            rt.applied.clear()  # another worker may have applied some since: the core decides
+            gone = rt.store.keep_only(owned)
+            rt.timers.drop_partitions(gone)
+            trace("assigned", sorted(owned), "dropped", sorted(gone))
+            loop = asyncio.get_running_loop()
+            loads = [f for p in sorted(owned)
+                     if (f := rt.store.loading(p, loop, rt._io)) is not None]
+            asyncio.ensure_future(_after_reload(rt, stimuli_topic, loads, owned))
 
     if "derive" in rt.roles:
 
@@ -369,59 +370,148 @@ def build_app(rt: Runtime) -> faust.App:
     return app
 
 
-async def _parse(rt: Runtime, event: Any) -> tuple[tuple[str, str], list[Any], bool] | None:
-    """(entity, core events, resync) of one message; ``None`` when it was dead-lettered
-    or carries nothing for the core."""
-    msg = event.message
-    key: bytes | None = event.key
-    if msg.topic == rt.topology.topics.stimuli.name:
-        ident = parse_key(key)
+#: how long a fetch may wait at the broker for data (ms); Faust hard-codes 1,500
+FETCH_MAX_WAIT_MS = 20
+
+
+def force_copartitioned_assignor() -> None:
+    """Make Faust's worker consumer use Faust's own partition assignor, and fetch
+    without Faust's 1.5 s wait.
+
+    Faust 0.15 picks aiokafka's round-robin assignor when the app has no changelog
+    tables, and round robin does not keep partition *p* of the ready topic and of
+    the stimuli topic on one worker, which the per-entity state needs (the entity
+    store is Wakeline's own, so the app has no Faust tables).  Faust's assignor
+    gives co-subscribed topics with equal partition counts the same partition
+    numbers on the same worker.
+
+    Faust also hard-codes ``fetch_max_wait_ms=1500``; Tansu answers a fetch only
+    when that wait expires unless it has data, so each stimulus or batch arriving
+    on an idle partition waited up to 1.5 s on the embedded default
+    (bench/commit_to_job.py).  Idempotent."""
+    from faust.transport.drivers import aiokafka as driver
+
+    create = driver.AIOKafkaConsumerThread._create_worker_consumer
+    if getattr(create, "wakeline", False):
+        return
+
+    def co_partitioned(self: Any, transport: Any) -> Any:
+        consumer = create(self, transport)
+        self._assignor = self.app.assignor
+        consumer._partition_assignment_strategy = [self.app.assignor]
+        consumer._fetch_max_wait_ms = FETCH_MAX_WAIT_MS
+        return consumer
+
+    co_partitioned.wakeline = True  # type: ignore[attr-defined]
+    driver.AIOKafkaConsumerThread._create_worker_consumer = co_partitioned
+
+
+async def _after_reload(rt: Runtime, stimuli_topic: Any, loads: list[Any], owned: set[int]
+                        ) -> None:
+    """Once the assigned partitions' states are loaded: their timers, a resync for
+    each entity whose run was in flight, and the ready line."""
+    done: list[Reloaded] = []
+    for fut in loads:
         try:
-            decoded_stimulus = stimuli.decode(event.value)
-        except stimuli.BadStimulus as exc:
-            await _dead_letter(rt, event, exc.code, str(exc))
-            return None
-        resync = isinstance(decoded_stimulus, stimuli.Resync)
-        core_events: list[Any] = [] if resync else [decoded_stimulus]
-    else:
-        resync = False
-        decoded = decode_change(key, event.value)
-        if decoded.error is not None:
-            await _dead_letter(rt, event, decoded.code, decoded.error)
-            return None
-        if not decoded.events:
-            return None
-        ident = decoded.entity
-        core_events = decoded.events
-    if ident is None or key is None:
-        await _dead_letter(rt, event, "stream.bad_key", "message key is not {workspace, entity}")
-        return None
-    return ident, core_events, resync
+            done.append(await fut)
+        except asyncio.CancelledError:
+            continue  # revoked before it finished
+        except Exception:
+            log.exception("state reload failed; the worker stops (its partitions move)")
+            raise
+    resync: list[bytes] = []
+    for r in done:
+        for skey, wakeup in r.wakeups:
+            rt.timers.set(r.partition, entity_key(*split_state_key(skey)), wakeup)
+        resync.extend(entity_key(*split_state_key(skey)) for skey in r.running)
+    for key in resync:
+        trace("resync", key)
+        await stimuli_topic.send(key=key, value=stimuli.encode("resync"))
+    entities = sum(r.entities for r in done)
+    log.info("states reloaded: %s", ", ".join(
+        f"p{r.partition} {r.entities} entities ({r.messages} messages, {r.seconds:.2f} s)"
+        for r in done) or "none needed")
+    if rt.announce:
+        print(f"wakeline: conditions ready, partitions {sorted(owned)}, "
+              f"{entities} entities reloaded "
+              f"({sum(r.seconds for r in done):.2f} s)", flush=True)
 
 
-async def _handle_batch(rt: Runtime, state: Any, derive_topic: Any, events: list[Any]) -> None:
-    """Apply a batch of messages: each entity's state is read and written once per batch
-    (one changelog message per entity, not per event), its messages applied in offset
-    order; outcomes go out in one batch.  Entities are independent, so grouping by
-    entity keeps every order that matters."""
-    groups: dict[tuple[str, str], list[tuple[Any, list[Any], bool]]] = {}
+def _parse_stimulus(event: Any) -> tuple[tuple[str, str] | None, list[Any], bool, str]:
+    """(entity, core events, resync, error) of one stimuli message."""
+    ident = parse_key(event.key)
+    if ident is None:
+        return None, [], False, "message key is not {workspace, entity}"
+    try:
+        decoded = stimuli.decode(event.value)
+    except stimuli.BadStimulus as exc:
+        return ident, [], False, str(exc)
+    if isinstance(decoded, stimuli.Resync):
+        return ident, [], True, ""
+    return ident, [decoded], False, ""
+
+
+async def _handle_batch(app: Any, rt: Runtime, events: list[Any]) -> None:
+    """Apply a batch of messages: each entity's events in order, its state read once
+    and written (changelogged) once per batch; jobs, then states, acknowledged by
+    the broker before the batch is acked; outcomes handed over in one batch.
+    Entities are independent, so grouping by entity keeps every order that matters."""
+    topics = rt.topology.topics
+    ready_name = topics.ready.name
+    owned = {tp.partition for tp in app.consumer.assignment() if tp.topic == ready_name}
+    c = rt.counters
+    # entity -> [(partition, key, offset, core events, resync, stimulus message or None)];
+    # the offset is the change message's for a ready item
+    groups: dict[tuple[str, str], list[tuple[int, bytes, int, list[Any], bool, Any]]] = {}
     for event in events:
-        parsed = await _parse(rt, event)
-        if parsed is not None:
-            ident, core_events, resync = parsed
-            groups.setdefault(ident, []).append((event, core_events, resync))
+        msg = event.message
+        p = msg.partition
+        if p not in owned:
+            c.unowned += 1  # revoked meanwhile: the next owner has it
+            continue
+        if msg.topic == ready_name:
+            try:
+                bp, items = ready.decode(event.value)
+                if bp != p:
+                    raise ready.BadBatch(f"a batch of partition {bp} on partition {p}")
+            except ready.BadBatch as exc:
+                await _dead_letter(rt, event, exc.code, str(exc))
+                continue
+            seen = rt.applied.get(p, -1)
+            for it in items:
+                if it.offset <= seen:
+                    c.replayed += 1
+                    continue
+                groups.setdefault((it.workspace, it.entity), []).append(
+                    (p, it.key, it.offset, it.events, False, None))
+            if items:
+                rt.applied[p] = max(seen, items[-1].offset)
+        else:
+            ident, core_events, resync, error = _parse_stimulus(event)
+            if error:
+                await _dead_letter(rt, event, "stimulus.invalid" if ident else "stream.bad_key",
+                                   error)
+                continue
+            assert ident is not None
+            groups.setdefault(ident, []).append(
+                (p, event.key, msg.offset, core_events, resync, event))
     if not groups:
         return
-    stimuli_name = rt.topology.topics.stimuli.name
+    loop = asyncio.get_running_loop()
+    for p in {item[0] for items in groups.values() for item in items}:
+        pending = rt.store.loading(p, loop, rt._io)
+        if pending is not None:
+            await pending
     now = rt.clock.now().timestamp()
     outcomes: list[Outcome] = []
+    jobs: list[tuple[bytes, bytes]] = []
     for ident, items in groups.items():
         skey = state_key(*ident)
-        data = state.get(skey)
-        st = load_state(data, *ident) if data else EntityState(ident[0], ident[1])
+        p = items[0][0]
+        st = rt.store.get(p, skey, *ident)
         dispatched: list[Dispatch] = []
-        for event, core_events, resync in items:
-            rt.counters.events += 1
+        for _, _key, offset, core_events, resync, stim in items:
+            c.events += 1
             if resync:
                 core_events = await _finished_runs(rt, st)
             queue = list(core_events)
@@ -430,7 +520,7 @@ async def _handle_batch(rt: Runtime, state: Any, derive_topic: Any, events: list
                 step = rt.engine.apply(st, queue.pop(0), now)
                 st = step.state
                 if step.duplicate:
-                    rt.counters.duplicates += 1
+                    c.duplicates += 1
                 dispatched.extend(step.dispatched)
                 outcomes.extend(step.outcomes)
                 if step.reload:  # an erasure needs prior heads the state forgot: read them
@@ -438,28 +528,89 @@ async def _handle_batch(rt: Runtime, state: Any, derive_topic: Any, events: list
             # API request/reply (issue 7): a stimulus carrying a request_id gets the
             # mailbox's answer recorded in PostgreSQL (wakeline.streams.replies); a
             # stimulus is one core event, so `step` is the one that applied it.
-            if core_events and step is not None and event.message.topic == stimuli_name:
+            if stim is not None and core_events and step is not None:
                 from wakeline.streams import replies
 
-                replies.answer(rt, event.value, ident, step)
+                replies.answer(rt, stim.value, ident, step)
             if TRACE:
-                msg = event.message
-                trace("event", msg.topic, msg.partition, msg.offset, ident[1],
+                trace("event", topics.stimuli.name if stim is not None else topics.changes.name,
+                      p, offset, ident[1],
                       [type(e).__name__ + ":" + str(getattr(e, "job_id", "") or "")
                        for e in core_events],
                       {n: (ds.w, ds.running.id if ds.running else None,
                            ds.queued.id if ds.queued else None) for n, ds in st.ds.items()})
-        state[skey] = dump_state(st)
-        last = items[-1][0]
-        rt.timers.set(last.message.partition, last.key, rt.engine.next_wakeup(st))
+        wakeup, running = rt.wakeup_and_running(st)
+        rt.store.put(p, skey, st, wakeup, running)
+        key = items[-1][1]
+        rt.timers.set(p, key, wakeup)
         for d in dispatched:
-            trace("dispatch", d.job_id, last.message.partition)
-            rt.counters.dispatched += 1
+            trace("dispatch", d.job_id, p)
+            c.dispatched += 1
             job = JobSpec(d.job_id, d.workspace, d.derivation, d.entity, tuple(d.reasons),
                           d.run_after, 1, tuple(d.dedupe))
-            await derive_topic.send(key=last.key, value=job.to_json())
+            jobs.append((key, job.to_json()))
+    await _deliver(rt, loop, jobs)
     if outcomes:
         rt.outcomes.put(outcomes)
+
+
+async def _deliver(rt: Runtime, loop: asyncio.AbstractEventLoop,
+                   jobs: list[tuple[bytes, bytes]]) -> None:
+    """Jobs, then the batch's states, each acknowledged by the broker.  In that order:
+    a crash between the two leaves states that never saw their jobs, so the replayed
+    events dispatch them again (a duplicate run finds nothing new), where the other
+    order could leave a state waiting for a job that was never sent."""
+    producer = rt.producer
+    failed: list[Any] = []
+
+    def delivered(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failed.append(err)
+
+    derive_name = rt.topology.topics.derive.name
+    for key, value in jobs:
+        _produce(producer, derive_name, value, key, None, delivered)
+    if jobs:
+        await _flush(producer, loop, rt, failed)
+
+    store = rt.store
+
+    def state_delivered(err: Any, msg: Any) -> None:
+        if err is not None:
+            failed.append(err)
+        else:
+            store.written(msg.partition(), msg.offset())
+
+    def produce_state(topic: str, key: bytes, partition: int, value: bytes) -> None:
+        _produce(producer, topic, value, key, partition, state_delivered)
+
+    n = rt.store.flush(produce_state)
+    if n:
+        rt.counters.state_writes += n
+        await _flush(producer, loop, rt, failed)
+
+
+def _produce(producer: Any, topic: str, value: bytes, key: bytes | None,
+             partition: int | None, on_delivery: Any) -> None:
+    while True:
+        try:
+            if partition is None:
+                producer.produce(topic, value, key, on_delivery=on_delivery)
+            else:
+                producer.produce(topic, value, key, partition=partition,
+                                 on_delivery=on_delivery)
+            return
+        except BufferError:  # the local queue is full: let it drain
+            producer.poll(0.05)
+
+
+async def _flush(producer: Any, loop: asyncio.AbstractEventLoop, rt: Runtime,
+                 failed: list[Any]) -> None:
+    left = await loop.run_in_executor(rt._io, producer.flush, 60.0)
+    if left or failed:
+        raise RuntimeError(f"the broker did not take {left} message(s)"
+                           + (f": {failed[0]}" if failed else "")
+                           + "; the batch is not acked and comes again")
 
 
 async def _restore_slots(rt: Runtime, st: EntityState, slots: list[tuple[str, str, int]]
@@ -546,13 +697,3 @@ async def _run_job(rt: Runtime, job: JobSpec) -> None:
     finally:
         assert rt._executors is not None
         rt._executors.put_nowait(ex)
-
-
-def dump_state(st: EntityState) -> bytes:
-    # The table stores raw bytes in the compact versioned form of wakeline.core.codec
-    # (about 130 B per entity; workspace and entity come from the key).
-    return encode_state(st)
-
-
-def load_state(data: bytes, workspace: str, entity: str) -> EntityState:
-    return decode_state(data, workspace, entity)

@@ -10,12 +10,16 @@ to an external enricher.  A failing enricher is retried with backoff; after the
 budget it is a recorded ``enrichment_failed`` outcome, and the core's
 ``unready_stalled`` outcome says the record blocks its watermark.
 
-:class:`ReadinessConsumer` runs the enricher in a worker process with the
-readiness role. It reads the change topic in a consumer group of its own,
-``<app id>-readiness``, so every partition is enriched once among all workers
-with the role, whatever other roles they run. When readiness was a Faust agent
-in the conditions group, a readiness-only worker and a conditions-only worker
-split the change topic's partitions between them: each role saw half.
+:class:`ReadinessConsumer` is the readiness role: the stage between the change
+topic and the conditions agents (DESIGN.md's "readiness / enrichment agent ->
+ready records").  It reads the change topic in a consumer group of its own,
+``<app id>-readiness``, so every partition is handled once among all workers
+with the role, whatever other roles they run (when readiness was a Faust agent
+in the conditions group, a readiness-only and a conditions-only worker split the
+change partitions between them: each role saw half).  It parses every envelope,
+dead-letters what does not parse, runs the enrichers, and forwards the core's
+events in ready batches (:mod:`wakeline.streams.ready`): the conditions agents
+read those, so a deployment runs the readiness role somewhere.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from wakeline.core.inputs import record_dict
 from wakeline.core.outcomes import Outcome, OutcomeKind
 from wakeline.core.plan import Rec
 from wakeline.store import Store
+from wakeline.streams.ready import Item
 
 log = logging.getLogger("wakeline.streams.readiness")
 
@@ -82,22 +87,34 @@ class Enricher:
 
 
 class ReadinessConsumer(threading.Thread):
-    """The readiness role: the change topic in group ``<group>``, enriched in order.
+    """The readiness stage: the change topic in group ``<app id>-readiness``, forwarded
+    as ready batches (:mod:`wakeline.streams.ready`) to the conditions agents.
 
-    Offsets are committed after each batch is enriched (at least once; enriching
-    twice is harmless, :meth:`Store.mark_ready` leaves ready records alone).
-    Envelopes that do not parse are skipped here: the conditions agent
-    dead-letters them."""
+    Each message is parsed once, here: an envelope that does not parse is
+    dead-lettered (original bytes, the reason in headers, a ``dead_letter``
+    outcome) and the stream goes on; an unready insert of a collection the catalog
+    enriches is enriched.  The core's events of each partition's messages go out
+    as batches on the same partition of the ready topic.  Offsets are committed
+    only after the broker took the batches and the dead letters (at least once: a
+    range forwarded twice after a failover is skipped by the agents).
+    """
 
-    def __init__(self, enricher: Enricher, *, bootstrap: str, topic: str, group: str,
-                 stop: threading.Event, on_outcome: Callable[[Outcome], None],
-                 announce: bool = False, batch: int = 500) -> None:
+    def __init__(self, enricher: Enricher, *, bootstrap: str, topic: str, ready_topic: str,
+                 dead_letter_topic: str, group: str, stop: threading.Event,
+                 on_outcome: Callable[[Outcome], None], announce: bool = False,
+                 batch: int = 5000) -> None:
         super().__init__(name="readiness", daemon=True)
         self.enricher = enricher
         self.bootstrap, self.topic, self.group = bootstrap, topic, group
+        self.ready_topic, self.dead_letter_topic = ready_topic, dead_letter_topic
         self.stop_event, self.on_outcome = stop, on_outcome
         self.announce, self.batch = announce, batch
+        self.consumed = 0
+        self.forwarded = 0  # change messages whose events went out in a batch
+        self.batches = 0
         self.enriched = 0
+        self.dead_letters = 0
+        self.failures = 0
         self.assigned: set[int] = set()
 
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
@@ -108,49 +125,110 @@ class ReadinessConsumer(threading.Thread):
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
         self.assigned -= {p.partition for p in partitions}
 
-    def handle(self, key: bytes | None, value: bytes | None) -> bool:
-        """Enrich one change event when it is an unready insert we cover."""
+    def handle(self, msg: Any, dlq: Any) -> Item | None:
+        """The ready item of one change message: None when it carries nothing for the
+        core (a transaction marker, a Kafka tombstone) or was dead-lettered."""
         from wakeline.cdc import envelope
         from wakeline.cdc.errors import EnvelopeError
+        from wakeline.streams.keys import parse_key
 
+        key, value = msg.key(), msg.value()
         try:
             parsed = envelope.parse(value, key)
-        except EnvelopeError:
-            return False
-        if not isinstance(parsed, envelope.UnreadyInsert):
-            return False
-        rec = parsed.record
-        if not self.enricher.handles(rec.collection):
-            return False
-        outcome = self.enricher.enrich(parsed.workspace, parsed.entity, rec)
-        if outcome is not None:
-            self.on_outcome(outcome)
-        self.enriched += 1
-        return True
+        except EnvelopeError as exc:
+            dlq.write_error(exc, msg)
+            self.dead_letters += 1
+            ident = parse_key(key) or ("", "")
+            self.on_outcome(Outcome(
+                OutcomeKind.DEAD_LETTER, f"{exc.code}: {exc}", datetime.now(UTC), ident[0],
+                ident[1], None, None,
+                {"topic": msg.topic(), "partition": msg.partition(), "offset": msg.offset()}))
+            return None
+        if parsed is None or isinstance(parsed, envelope.TransactionMarker):
+            return None
+        if isinstance(parsed, envelope.CursorAdvance):
+            adv = parsed.cursor_advanced()
+            if adv is None:
+                return None
+            events: list[Any] = [adv]
+        else:
+            if isinstance(parsed, envelope.UnreadyInsert) and \
+                    self.enricher.handles(parsed.record.collection):
+                outcome = self.enricher.enrich(parsed.workspace, parsed.entity, parsed.record)
+                if outcome is not None:
+                    self.on_outcome(outcome)
+                self.enriched += 1
+            events = [parsed.record_changed()]
+        return Item(key or b"", parsed.workspace, parsed.entity, msg.offset(), events)
 
     def run(self) -> None:
-        from confluent_kafka import Consumer, KafkaException
+        backoff = 0.5
+        while not self.stop_event.is_set():
+            try:
+                self._session()
+                return
+            except Exception:  # noqa: BLE001 - a broker outage: start again from the commit
+                self.failures += 1
+                log.exception("readiness: restarting from the committed offsets in %.1f s",
+                              backoff)
+                self.stop_event.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+
+    def _session(self) -> None:
+        from confluent_kafka import Consumer, Producer, TopicPartition
+
+        from wakeline.cdc._kafka import producer_config
+        from wakeline.cdc.dlq import DeadLetterWriter
+        from wakeline.streams import ready
 
         consumer = Consumer({
             "bootstrap.servers": self.bootstrap, "group.id": self.group,
             "enable.auto.commit": False, "auto.offset.reset": "earliest",
-            "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000,
+            "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, "log_level": 3,
+            "fetch.wait.max.ms": 50,
         })
+        producer = Producer(producer_config(self.bootstrap, {"linger.ms": 0}))
+        dlq = DeadLetterWriter(topic=self.dead_letter_topic, producer=producer)
+        failed: list[Any] = []
+
+        def delivered(err: Any, _msg: Any) -> None:
+            if err is not None:
+                failed.append(err)
+
         consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
         try:
             while not self.stop_event.is_set():
-                msgs = consumer.consume(self.batch, timeout=0.2)
-                handled = False
+                first = consumer.poll(0.2)
+                if first is None:
+                    continue
+                msgs = [first, *consumer.consume(self.batch - 1, 0)]
+                parts: dict[int, tuple[list[ready.Item], list[int]]] = {}
+                last: dict[int, int] = {}
                 for m in msgs:
                     if m.error() is not None:
                         log.warning("readiness: %s", m.error())
                         continue
-                    self.handle(m.key(), m.value())
-                    handled = True
-                if handled:
-                    try:
-                        consumer.commit(asynchronous=False)
-                    except KafkaException as exc:  # a rebalance: the next owner re-enriches
-                        log.warning("readiness: commit failed: %s", exc)
+                    p = m.partition()
+                    last[p] = m.offset()
+                    item = self.handle(m, dlq)
+                    if item is not None:
+                        items, sizes = parts.setdefault(p, ([], []))
+                        items.append(item)
+                        sizes.append(len(m.value() or b""))
+                self.consumed += len(msgs)
+                for p, (items, sizes) in parts.items():
+                    for chunk in ready.chunks(items, sizes):
+                        producer.produce(self.ready_topic, ready.encode(p, chunk), partition=p,
+                                         on_delivery=delivered)
+                        self.batches += 1
+                    self.forwarded += len(items)
+                dlq.flush()  # waits for the batches too: one producer
+                if failed:
+                    raise RuntimeError(f"ready topic {self.ready_topic!r} refused a batch: "
+                                       f"{failed[0]}")
+                if last:
+                    consumer.commit(offsets=[TopicPartition(self.topic, p, o + 1)
+                                             for p, o in last.items()], asynchronous=True)
         finally:
             consumer.close()
+            producer.flush(10)

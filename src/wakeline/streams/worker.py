@@ -2,10 +2,9 @@
 
 ``run_worker`` blocks until the worker is stopped (SIGINT/SIGTERM), then stops
 the relay and closes every resource.  Several processes with the same app id
-share the partitions of the agents' topics: the Faust agents (conditions, derive)
-in the group named by the app id, the readiness consumer in ``<app id>-readiness``
-(it reads the same change topic as the conditions agent, and each of the two
-must see every partition).
+share the partitions of the agents' topics: the Faust agents (conditions over the
+ready and stimuli topics, derive) in the group named by the app id, the readiness
+consumer (change topic -> ready topic) in ``<app id>-readiness``.
 """
 
 from __future__ import annotations
@@ -31,10 +30,13 @@ def ensure_topics(rt: Runtime) -> None:
     from wakeline.streams.app import cron_topic_name
 
     topo = rt.topology
-    for spec in (topo.topics.changes, topo.topics.stimuli, topo.topics.derive,
-                 topo.topics.dead_letter):
+    for spec in (topo.topics.changes, topo.topics.ready, topo.topics.stimuli,
+                 topo.topics.derive, topo.topics.dead_letter):
         ensure_topic(rt.bootstrap, spec.name, spec.partitions)
     ensure_topic(rt.bootstrap, cron_topic_name(topo), 1)
+    changelog = topo.topics.state_changelog(rt.group_id)
+    ensure_topic(rt.bootstrap, changelog.name, changelog.partitions,
+                 config={"cleanup.policy": "compact"})
 
 
 def start_relay(rt: Runtime, stop: threading.Event) -> tuple[Relay, threading.Thread]:
@@ -52,11 +54,14 @@ def start_relay(rt: Runtime, stop: threading.Event) -> tuple[Relay, threading.Th
 
 def start_readiness(rt: Runtime, stop: threading.Event) -> ReadinessConsumer:
     """The readiness role's consumer, in a group of its own (streams/readiness.py)."""
+    topics = rt.topology.topics
     consumer = ReadinessConsumer(rt.enricher(), bootstrap=rt.bootstrap,
-                                 topic=rt.topology.topics.changes.name,
+                                 topic=topics.changes.name, ready_topic=topics.ready.name,
+                                 dead_letter_topic=topics.dead_letter.name,
                                  group=f"{rt.group_id}-readiness", stop=stop,
                                  on_outcome=lambda o: rt.outcomes.put([o]),
                                  announce=rt.announce)
+    rt.readiness = consumer
     consumer.start()
     return consumer
 
