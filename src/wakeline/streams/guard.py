@@ -1,4 +1,4 @@
-"""Offset continuity for the agents, and a watchdog for stalled table recovery.
+"""Offset continuity for the agents.
 
 Faust (0.15) can skip messages around a rebalance. Measured on Apache Kafka 4.x
 with two conditions workers (tests/integration/test_streaming_rebalance.py, with
@@ -12,7 +12,8 @@ with two conditions workers (tests/integration/test_streaming_rebalance.py, with
   entity waits forever for a record it never saw.
 - the same drop on a table's changelog partition during recovery: the client's
   position reaches the end, Faust's recovery offset stays at -1, and recovery
-  (and every stream partition it paused) waits forever.
+  (and every stream partition it paused) waited forever.  The agents no longer
+  keep Faust tables (wakeline.streams.statestore reads its changelog itself).
 
 The topics these agents read are neither compacted nor transactional, so a
 partition's offsets are contiguous. :class:`OffsetGuard` checks, per partition,
@@ -26,9 +27,6 @@ back and lets nothing through until the missing offset arrives. Offsets already
 let through are duplicates from such a seek and are skipped. Every seek is
 counted and logged.
 
-:func:`unstick_recovery` is the second watchdog. It seeks a changelog partition
-back to Faust's recovery offset when the client has read the partition to its
-end but recovery saw nothing for a while.
 """
 
 from __future__ import annotations
@@ -208,43 +206,4 @@ async def unstick_tails(app: Any, guards: Any, quiet_s: float = 3.0) -> int:
             g.seeks += 1
             await consumer.seek(tp, want)
             n += 1
-    return n
-
-
-_stalled_since: dict[tuple[Any, int], float] = {}
-
-
-async def unstick_recovery(app: Any, quiet_s: float = 3.0) -> int:
-    """Seek changelog partitions whose recovery stalled; returns how many.
-
-    Stalled: recovery is on, the partition's recovery offset is below its
-    highwater, the client's position is past the highwater (everything was
-    fetched), the changelog queue is empty, and all of that for ``quiet_s``."""
-    rec = app.tables.recovery
-    if not rec.in_recovery:
-        _stalled_since.clear()
-        return 0
-    queue = app.tables.changelog_queue
-    if getattr(queue, "qsize", lambda: 0)():
-        return 0
-    now = time.monotonic()
-    n = 0
-    for tp, high in list(rec.active_highwaters.items()):
-        offset = rec.active_offsets.get(tp)
-        if high is None or offset is None or offset >= high:
-            continue
-        try:
-            position = await app.consumer.position(tp)
-        except Exception:  # noqa: BLE001 - a partition mid-rebalance: next round
-            continue
-        if position is None or position <= high:
-            continue  # still fetching: not stalled
-        since = _stalled_since.setdefault((tp, offset), now)
-        if now - since < quiet_s:
-            continue
-        log.warning("recovery of %s stalled at offset %d of %d with the client at %d: "
-                    "seeking back", tp, offset, high, position)
-        await app.consumer.seek(tp, max(0, offset + 1))
-        _stalled_since.pop((tp, offset), None)
-        n += 1
     return n
