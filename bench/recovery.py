@@ -5,8 +5,8 @@ processes the dead worker's partitions, and how fast it reloads their state.
 the changes topic first (records that fire no trigger: no derive worker runs in
 this benchmark, and a dispatched job would stay ``running`` in the entity's state,
 so every recovery would resync it through PostgreSQL; without jobs the figures are
-the group's failover and the table recovery alone).  Two worker processes with
-the ``conditions`` role only consume it.  Once both are ready and every record was
+the group's failover and the state reload alone).  Two worker processes with
+the ``readiness`` and ``conditions`` roles consume it.  Once both are ready and every record was
 processed (the ``wakeline-stats`` events of both sum to at least N and stopped
 growing), a prober sends, every ``--probe-interval`` s, one ``tick`` stimulus with a
 ``request_id`` to each partition (keyed by an entity of that partition); the
@@ -19,8 +19,10 @@ and measure, for each of its partitions, kill → the first reply to a probe sen
 after the kill (the survivor has the partition and processes new events on it).
 The survivor's own lines give the split: kill → its ``rebalance complete`` (the
 group noticing the dead member: Faust's session timeout is 6 s here) and
-rebalance → ``conditions ready, partitions [...], N entities`` (table recovery);
-the entities it gained over that recovery time is the state reload rate.  A
+rebalance → ``conditions ready, partitions [...], N entities (read M state messages
+in S s)`` (the entity store's reload of the changelog partitions it gained;
+partitions it kept are read on from where it was, usually nothing); the entities it
+gained over the reload's S seconds is the state reload rate.  A
 replacement worker is then started and the benchmark waits until both are ready
 and every partition answers again; the replacement's own start (process start
 → ready, recovering its partitions from nothing) is reported as the cold start.
@@ -54,7 +56,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _catalog import write as write_files  # noqa: E402
 from _stack import Services, Stack, Worker, machine, pct  # noqa: E402
 
-READY = re.compile(r"wakeline: conditions ready, partitions \[([0-9, ]*)\], (\d+) entities")
+READY = re.compile(r"wakeline: conditions ready, partitions \[([0-9, ]*)\], (\d+) entities"
+                   r"(?: \(read (\d+) state messages in ([0-9.]+) s\))?")
 REBALANCED = "wakeline: rebalance complete"
 
 
@@ -162,12 +165,19 @@ class LineClock:
         return [(t, w.lines[i]) for i, t in enumerate(ts) if t >= since]
 
     def ready(self, w: Worker, since: float = 0.0) -> list[tuple[float, list[int], int]]:
+        return [r[:3] for r in self.reloads(w, since)]
+
+    def reloads(self, w: Worker, since: float = 0.0
+                ) -> list[tuple[float, list[int], int, int, float]]:
+        """(time, partitions, entities held, state messages read, reload seconds) of
+        each ready line."""
         out = []
         for t, line in self.lines(w, since):
             m = READY.search(line)
             if m:
                 parts = [int(x) for x in m.group(1).split(",") if x.strip()]
-                out.append((t, parts, int(m.group(2))))
+                out.append((t, parts, int(m.group(2)), int(m.group(3) or 0),
+                            float(m.group(4) or "nan")))
         return out
 
     def events(self, w: Worker) -> int:
@@ -336,30 +346,8 @@ MILESTONES = (
     ("noticed", "because it is rebalancing"),          # aiokafka heartbeat: group rebalancing
     ("joined", "Joined group"),                        # aiokafka JoinGroup answered
     ("assigned", "Setting newly assigned partitions"),  # aiokafka SyncGroup done
-    ("restoring", "Restoring state from changelog topics"),  # Faust recovery starts reading
-    ("restored", "Done reading from changelog topics"),
     ("rebalanced", REBALANCED),                        # Faust on_rebalance_complete
 )
-
-
-def start_offsets(clock: LineClock, w: Worker, since: float, until: float) -> dict[int, int]:
-    """The changelog offsets the last recovery (up to ``until``) started reading at, per
-    partition, from Faust's "Reading Starts At - Active" table (-1: the beginning)."""
-    out: dict[int, int] = {}
-    inside = False
-    for t, line in clock.lines(w, since):
-        if t > until:
-            break
-        if "Reading Starts At - Active" in line:
-            inside, out = True, {}
-            continue
-        if inside:
-            cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            if len(cells) == 3 and cells[1].isdigit():
-                out[int(cells[1])] = int(cells[2])
-            elif line.startswith("+") and out:
-                inside = False
-    return out
 
 
 def timeline(clock: LineClock, w: Worker, since: float, until: float) -> dict[str, float]:
@@ -484,30 +472,23 @@ def cycle(i: int, stack: Stack, clock: LineClock, live: list[Worker], prober: Pr
     replies = prober.wait_answered(killed_parts, t_kill, 120)
     takeover = {p: (min(at for _, at in replies[p]) - t_kill) if replies.get(p) else None
                 for p in killed_parts}
-    ready_t, ready_parts, ready_n = clock.ready(survivor, t_kill)[-1]
+    ready_t, ready_parts, ready_n, read, reload_s = clock.reloads(survivor, t_kill)[-1]
     tl = timeline(clock, survivor, t_kill, ready_t)
     tl["ready"] = ready_t - t_kill
+    tl["reload_start"] = tl["ready"] - reload_s
     nan = float("nan")
     gained = ready_n - held
-    starts = start_offsets(clock, survivor, t_kill, ready_t)
-    from_start = sorted(p for p, o in starts.items() if o < 0)
-    # the entities the recovery loaded: the dead worker's, and the survivor's own too
-    # where it read them again from the beginning
-    restored = gained + sum(args.per_partition.get(p, 0) for p in kept_parts
-                            if p in from_start)
-    # the changelog read of the recovery that completed; without info logs, the
-    # rebalance noticed -> Faust's rebalance complete
-    reload_s = (tl.get("restored", nan) - tl.get("restoring", nan)) if "restoring" in tl \
-        else tl.get("rebalanced", nan) - tl.get("noticed", nan)
+    # the partitions the survivor read from the start: those it gained
+    from_start = sorted(set(ready_parts) - set(kept_parts))
+    restored = gained
     out: dict[str, Any] = {
         "t_kill": t_kill, "killed_partitions": killed_parts, "takeover_s": takeover,
         "timeline": tl,
         "detect_s": tl.get("first_noticed", nan),
         "reload_s": reload_s, "entities_before": held, "entities_after": ready_n,
         "gained": gained, "restored": restored, "read_from_start": from_start,
-        "start_offsets": starts,
+        "state_messages_read": read,
         "reload_rate": restored / reload_s if reload_s > 0 else nan,
-        "index_s": tl["ready"] - tl.get("rebalanced", nan),
         "kill_to_ready_s": ready_t - t_kill,
         "survivor_lines": [f"+{t - t_kill:.2f} {line}" for t, line in
                            clock.lines(survivor, t_kill)
@@ -518,7 +499,7 @@ def cycle(i: int, stack: Stack, clock: LineClock, live: list[Worker], prober: Pr
     live.append(w)
     wait_until(lambda: covering(clock, live, t_spawn, args.partitions), 300,
                f"cycle {i}: the replacement and the survivor ready", live)
-    t_r, parts_r, n_r = clock.ready(w)[-1]
+    t_r, parts_r, n_r, _, cold_s = clock.reloads(w)[-1]
     tl_r = timeline(clock, w, t_spawn, t_r)
     all_ready = max(clock.ready(x, t_spawn)[-1][0] for x in live)
     got = prober.wait_answered(list(range(args.partitions)), all_ready, 120)
@@ -546,7 +527,6 @@ def cycle(i: int, stack: Stack, clock: LineClock, live: list[Worker], prober: Pr
     out["t_replacement_ready"] = all_ready
     out["probes_sent"] = sum(1 for _, sent in list(prober.sent.values())
                              if t_kill <= sent <= t_end)
-    cold_s = tl_r.get("restored", nan) - tl_r.get("restoring", nan)
     out["cold"] = {"start_to_ready_s": t_r - t_spawn, "partitions": parts_r, "entities": n_r,
                    "timeline": tl_r, "reload_s": cold_s,
                    "reload_rate": n_r / cold_s if cold_s > 0 else nan}
@@ -555,8 +535,8 @@ def cycle(i: int, stack: Stack, clock: LineClock, live: list[Worker], prober: Pr
                       for p, v in takeover.items())
           + "; timeline " + ", ".join(f"{k} +{v:.2f}" for k, v in sorted(tl.items(),
                                                                       key=lambda kv: kv[1]))
-          + f"; changelog read from the start on {from_start}: {restored:,} entities "
-          f"({gained:,} the dead worker's) in {reload_s:.2f} s"
+          + f"; changelog read from the start on {from_start}: {gained:,} entities "
+          f"({read:,} state messages) in {reload_s:.3f} s"
           + f"; replacement ready in {out['cold']['start_to_ready_s']:.1f} s"
           + f"; probes unanswered {out['unanswered_probes']} of {out['probes_sent']:,}"
           + (" (partition: count, first/last sent after the kill, offsets, group's "
@@ -609,20 +589,19 @@ def main() -> int:
 
     print(f"    survivor's timeline after the kill (medians, s): group rebalancing noticed "
           f"{med('first_noticed'):.2f}, joined {med('joined'):.2f}, assigned "
-          f"{med('assigned'):.2f}, changelog read {med('restoring'):.2f} -> "
-          f"{med('restored'):.2f}, Faust rebalance complete {med('rebalanced'):.2f}, "
-          f"conditions ready (time index rebuilt) {med('ready'):.2f}; the survivor's own "
+          f"{med('assigned'):.2f}, Faust rebalance complete {med('rebalanced'):.2f}, "
+          f"state reload {med('reload_start'):.2f} -> conditions ready (states and time "
+          f"index) {med('ready'):.2f}; the survivor's own "
           f"partitions waited up to {max(c['kept_partitions_max_wait_s'] for c in cyc):.2f} s")
     lost = sum(c["unanswered_probes"] for c in cyc)
     print(f"  probes sent after the kills and never answered: {lost} of "
           f"{sum(c['probes_sent'] for c in cyc):,}")
-    print("  state reload by the survivor (its table recovery's changelog read): "
-          + ", ".join(f"{c['restored']:,} entities ({c['gained']:,} gained) in "
-                      f"{c['reload_s']:.2f} s" for c in cyc)
+    print("  state reload by the survivor (the entity store's changelog read): "
+          + ", ".join(f"{c['gained']:,} entities gained in {c['reload_s']:.3f} s" for c in cyc)
           + f"; median {pct(rates, 0.5):,.0f} entities/s, min {min(rates, default=0):,.0f}")
     print("  cold start (replacement: process start -> ready): "
           + ", ".join(f"{c['start_to_ready_s']:.1f} s ({c['entities']:,} entities, "
-                      f"changelog read {c['reload_s']:.2f} s)" for c in cold)
+                      f"reload {c['reload_s']:.3f} s)" for c in cold)
           + f"; cold reload median {pct([c['reload_rate'] for c in cold], 0.5):,.0f} entities/s")
     print(f"  reference: raw changelog read (confluent-kafka, {raw['topic']}): "
           f"{raw['messages']:,} messages ({raw['bytes'] / max(1, raw['messages']):,.0f} B each) in "

@@ -23,6 +23,7 @@ import contextlib
 import json
 import logging
 import os
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -305,9 +306,10 @@ def build_app(rt: Runtime) -> faust.App:
             rt.timers.drop_partitions(gone)
             trace("assigned", sorted(owned), "dropped", sorted(gone))
             loop = asyncio.get_running_loop()
+            t0 = time.monotonic()
             loads = [f for p in sorted(owned)
                      if (f := rt.store.loading(p, loop, rt._io)) is not None]
-            asyncio.ensure_future(_after_reload(rt, stimuli_topic, loads, owned))
+            asyncio.ensure_future(_after_reload(rt, stimuli_topic, loads, owned, t0))
 
     if "derive" in rt.roles:
 
@@ -406,8 +408,8 @@ def force_copartitioned_assignor() -> None:
     driver.AIOKafkaConsumerThread._create_worker_consumer = co_partitioned
 
 
-async def _after_reload(rt: Runtime, stimuli_topic: Any, loads: list[Any], owned: set[int]
-                        ) -> None:
+async def _after_reload(rt: Runtime, stimuli_topic: Any, loads: list[Any], owned: set[int],
+                        t0: float) -> None:
     """Once the assigned partitions' states are loaded: their timers, a resync for
     each entity whose run was in flight, and the ready line."""
     done: list[Reloaded] = []
@@ -427,14 +429,17 @@ async def _after_reload(rt: Runtime, stimuli_topic: Any, loads: list[Any], owned
     for key in resync:
         trace("resync", key)
         await stimuli_topic.send(key=key, value=stimuli.encode("resync"))
-    entities = sum(r.entities for r in done)
+    wall = time.monotonic() - t0
     log.info("states reloaded: %s", ", ".join(
         f"p{r.partition} {r.entities} entities ({r.messages} messages, {r.seconds:.2f} s)"
         for r in done) or "none needed")
     if rt.announce:
+        # "N entities": every entity of the owned partitions; "read M": changelog
+        # messages read by this reload (partitions kept through a rebalance read on
+        # from where this worker's knowledge ended, usually nothing).
         print(f"wakeline: conditions ready, partitions {sorted(owned)}, "
-              f"{entities} entities reloaded "
-              f"({sum(r.seconds for r in done):.2f} s)", flush=True)
+              f"{len(rt.store)} entities (read {sum(r.messages for r in done)} state "
+              f"messages in {wall:.3f} s)", flush=True)
 
 
 def _parse_stimulus(event: Any) -> tuple[tuple[str, str] | None, list[Any], bool, str]:
