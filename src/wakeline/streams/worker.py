@@ -66,10 +66,34 @@ def start_readiness(rt: Runtime, stop: threading.Event) -> ReadinessConsumer:
     return consumer
 
 
+#: the cyclic GC's generation-0 threshold in workers (CPython's default: 700)
+GC_THRESHOLD0 = 50_000
+
+
+def tune_gc() -> None:
+    """Fewer, cheaper cyclic garbage collections.
+
+    The hot paths allocate many short-lived containers (parsed envelopes, events,
+    outcomes) that reference counting frees; at CPython's default threshold a
+    collection ran every 700 allocations and the older generations rescanned every
+    long-lived object (Faust's, the entity store's).  Measured in process on this
+    machine: decoding a ready batch cost 29 us per change with the default GC and 8
+    with none.  Objects alive at start-up are frozen (never scanned again) and
+    generation 0 collects every 50,000 allocations; what forms cycles is still
+    collected."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    _, g1, g2 = gc.get_threshold()
+    gc.set_threshold(GC_THRESHOLD0, g1, g2)
+
+
 def run_worker(rt: Runtime, *, relay: bool = False, loglevel: str = "warn",
                on_started: Callable[[faust.App], Any] | None = None) -> None:
     ensure_topics(rt)
     app = build_app(rt)
+    tune_gc()
     stop = threading.Event()
     relay_parts = start_relay(rt, stop) if relay else None
     # Operator pauses from PostgreSQL (wakeline.streams.pauses), for the conditions role.
