@@ -48,7 +48,7 @@ from typing import Any, TypeVar, cast
 
 import psycopg
 from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
+from psycopg.types.json import Jsonb, set_json_loads
 
 from wakeline.catalog import Catalog, DerivationContext, validate_emissions
 from wakeline.clock import Clock, SystemClock, iso
@@ -235,6 +235,14 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
+def _loads(data: Any) -> Any:
+    """A jsonb value read on the executor's connection: records' content,
+    annotations and scores (``{}`` for most), without json.loads' encoding
+    detection on bytes."""
+    raw = bytes(data)
+    return {} if raw == b"{}" else json.loads(raw.decode())
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """A job as it travels on the derive topic."""
@@ -371,6 +379,7 @@ class DeriveExecutor:
         made while ``runs`` or ``derivation_cursors`` looked empty (a new database,
         stale statistics) it would scan the whole table per job long after it grew."""
         conn = psycopg.connect(self.dsn, autocommit=True)
+        set_json_loads(_loads, conn)
         try:
             conn.execute("SET enable_seqscan = off")
             for name, (types, sql) in _STATEMENTS.items():
