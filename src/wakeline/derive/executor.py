@@ -8,8 +8,8 @@ round trips; ``DeriveExecutor.execute(job)`` is a batch of one.  In order:
    answered ``duplicate`` and applies nothing — and read each job's cursor and
    its entity's driving-source rows;
 2. *call* each claimed job's derivation function outside any transaction, with
-   its timeout; its failure (exception, timeout, invalid emission) is that job's
-   outcome only;
+   its timeout, one after the other on the derivation thread; its failure
+   (exception, timeout, invalid emission) is that job's outcome only;
 3. *commit* (one round trip, ONE transaction for the batch): the emitted records
    (keyed upserts, retractions as tombstones, events), the watermark advances,
    the run rows (sorted trigger_reasons, definition hashes), the jobs' terminal
@@ -39,9 +39,10 @@ and nothing of that job was applied.
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
@@ -313,6 +314,26 @@ class _Run:
     final: bool = False  # a failure that ends the job
 
 
+@dataclass(frozen=True)
+class _Call:
+    """A derivation function to call for one job."""
+
+    fn: Callable[..., Any]
+    ctx: DerivationContext
+    name: str
+    timeout: float
+
+
+@dataclass(frozen=True)
+class _Raised:
+    """What a derivation function raised (as opposed to returned)."""
+
+    exc: BaseException
+
+
+_PENDING = object()
+
+
 def _filled(answers: list[_T | None]) -> list[_T]:
     """``answers`` once every slot is set."""
     assert all(a is not None for a in answers)
@@ -418,16 +439,25 @@ class DeriveExecutor:
     def _execute_wave(self, jobs: list[JobSpec]) -> list[Answer]:
         answers: list[Answer | None] = [None] * len(jobs)
         runs: dict[int, _Run] = {}
+        calls: dict[int, _Call] = {}
         for i, claimed in enumerate(self._claim_and_read(jobs)):
-            if isinstance(claimed, _Run):
-                try:
-                    self._derive(claimed)
-                except Exception as exc:  # the worker's own failure, not the function's
-                    answers[i] = exc
-                else:
-                    runs[i] = claimed
-            else:
+            if not isinstance(claimed, _Run):
                 answers[i] = claimed
+                continue
+            try:
+                call = self._prepare(claimed)
+            except Exception as exc:  # the worker's own failure, not the function's
+                answers[i] = exc
+                continue
+            runs[i] = claimed
+            if call is not None:
+                calls[i] = call
+        for i, result in zip(calls, self._call_all(list(calls.values())), strict=True):
+            try:
+                self._called(runs[i], result)
+            except Exception as exc:  # the worker's own failure, not the function's
+                answers[i] = exc
+                del runs[i]
         for i, answer in self._commit(runs).items():
             answers[i] = answer
         return _filled(answers)
@@ -494,25 +524,44 @@ class DeriveExecutor:
             names = self._sources[d.name] = sorted({n for n, _ in d.source.collections})
         return names
 
-    def _derive(self, run: _Run) -> None:
-        """Select the job's input, call its function and set what the commit writes."""
+    def _prepare(self, run: _Run) -> _Call | None:
+        """Select the job's input; the call of its function, or None when the run
+        needs none (nothing pending: noop; failed before the call)."""
         job, d = run.job, run.d
         inp = select_input(d, run.rows, run.watermark)
         run.rows = []
         noop = inp.is_empty() and not d.allow_empty
+        run.outcome = "noop" if noop else "succeeded"
+        run.after, run.consumed = inp.watermark_after, len(inp.consumed)
         error: BaseException | None = self.fail(job) if self.fail else None
         if error is None and not noop:
             try:
-                run.emissions = self._call(job, d, [record_dict(r) for r in inp.seen],
-                                           run.started)
-            except Exception as exc:  # the function's own failure is a run outcome
+                fn = self._function(d)
+            except Exception as exc:  # unresolved: a config failure of the run
                 error = exc
+            else:
+                ctx = DerivationContext(
+                    entity=job.entity, derivation=d.name, now=run.started,
+                    records=[record_dict(r) for r in inp.seen], workspace=job.workspace,
+                    reasons=tuple(sorted(job.reasons)))
+                return _Call(fn, ctx, d.name, d.timeout_s)
         run.finished = self.clock.now()
         if error is not None:
             self._failed(run, error)
-        else:
-            run.outcome = "noop" if noop else "succeeded"
-            run.after, run.consumed = inp.watermark_after, len(inp.consumed)
+        return None
+
+    def _called(self, run: _Run, result: Any) -> None:
+        """What the job's function answered, checked against the contract."""
+        run.finished = self.clock.now()
+        if isinstance(result, _Raised):
+            if not isinstance(result.exc, Exception):
+                raise result.exc  # KeyboardInterrupt, SystemExit: not a run outcome
+            self._failed(run, result.exc)  # the function's own failure is a run outcome
+            return
+        try:
+            run.emissions = validate_emissions(self.catalog, run.d.name, result)
+        except Exception as exc:
+            self._failed(run, exc)
 
     def _failed(self, run: _Run, error: BaseException, kind: str | None = None) -> None:
         run.kind = kind or classify(error)
@@ -527,21 +576,62 @@ class DeriveExecutor:
             fn = self._functions[d.name] = self.catalog.load_function(d.name)
         return fn
 
-    def _call(self, job: JobSpec, d: DerivationPlan, records: list[dict[str, Any]],
-              now: datetime) -> list[dict[str, Any]]:
-        fn = self._function(d)
-        ctx = DerivationContext(entity=job.entity, derivation=d.name, now=now, records=records,
-                                workspace=job.workspace, reasons=tuple(sorted(job.reasons)))
-        future = self._pool.submit(fn, ctx)
-        try:
-            result = future.result(timeout=d.timeout_s)
-        except FutureTimeout:
-            # Python cannot kill the thread; a fresh pool keeps the worker going.
+    def _call_all(self, calls: list[_Call]) -> list[Any]:
+        """Call the functions one after the other on the derivation thread, each within
+        its own timeout (from its own start); for each, what it returned or
+        :class:`_Raised`.  One hand-off to the thread per batch, not per job.  A
+        call that runs out of time is answered ``RunTimeout`` and abandoned on its
+        thread (Python cannot kill it); the calls after it go on a fresh one."""
+        out: list[Any] = [_PENDING] * len(calls)
+        start = 0
+        while start < len(calls):
+            start = self._call_from(calls, start, out)
+        return out
+
+    def _call_from(self, calls: list[_Call], start: int, out: list[Any]) -> int:
+        """Run ``calls[start:]`` on the current thread; the index to go on from (all
+        done: ``len(calls)``; after a timeout: the next one, on a fresh thread)."""
+        lock = threading.Lock()
+        running = [start, time.monotonic()]  # the call running, since when
+        alive = [True]  # False: this thread was abandoned, its answers are not taken
+        done = threading.Event()
+
+        def work() -> None:
+            for k in range(start, len(calls)):
+                with lock:
+                    if not alive[0]:
+                        return
+                    running[0], running[1] = k, time.monotonic()
+                try:
+                    result: Any = calls[k].fn(calls[k].ctx)
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                    result = _Raised(exc)
+                with lock:
+                    if not alive[0]:
+                        return
+                    out[k] = result
+            done.set()
+
+        self._pool.submit(work)
+        while True:
+            with lock:
+                k, since = running
+            left = since + calls[k].timeout - time.monotonic()
+            if done.wait(max(left, 0.0)):
+                return len(calls)
+            with lock:
+                if running[0] != k or out[k] is not _PENDING:
+                    continue  # it went on meanwhile
+                if time.monotonic() - running[1] < calls[k].timeout:
+                    continue
+                alive[0] = False
+                c = calls[k]
+                out[k] = _Raised(RunTimeout(
+                    f"derivation {c.name} exceeded timeout_s={c.timeout:g}", derivation=c.name))
+            # A fresh thread keeps the worker going.
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="derive")
-            raise RunTimeout(f"derivation {d.name} exceeded timeout_s={d.timeout_s:g}",
-                             derivation=d.name) from None
-        return validate_emissions(self.catalog, d.name, result)
+            return k + 1
 
     # -- commit ---------------------------------------------------------------------------
 
