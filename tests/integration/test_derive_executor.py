@@ -188,6 +188,12 @@ def test_failure_inside_the_commit_applies_nothing(env, monkeypatch):
 # -- batches: execute_batch ---------------------------------------------------------------
 
 BATCH_FUNCS = '''
+import time
+
+def sleepy(ctx):
+    time.sleep(0.3)
+    return []
+
 def nul(ctx):
     # PostgreSQL text cannot hold NUL: this job's write fails in SQL.
     return [{"collection": "out", "type": "run", "content": {"n": len(ctx.records)},
@@ -205,6 +211,7 @@ def batch_env(tmp_path, pg_dsn):
         "slow": derivation("slow", None, function="extra:slow", extra="timeout_s: 1\n"),
         "bad": derivation("bad", None, function="extra:bad", emits="[out]"),
         "nul": derivation("nul", None, function="batchfuncs:nul", emits="[out]"),
+        "sleepy": derivation("sleepy", None, function="batchfuncs:sleepy"),
     })
     (root / "extra.py").write_text(EXTRA)
     (root / "batchfuncs.py").write_text(BATCH_FUNCS)
@@ -412,3 +419,15 @@ def test_retractions_in_a_batch_keep_each_jobs_emission_order(batch_env):
     heads = q(dsn, "SELECT entity, tombstone, content FROM records WHERE collection = 'outk' "
                    "AND seq = ANY(%s) ORDER BY entity", b2.emitted + c2.emitted)
     assert heads == [("user:b", True, {"tombstone": True}), ("user:c", False, {"n": 2})]
+
+
+def test_each_run_of_a_batch_finishes_when_its_own_call_ended(batch_env):
+    ex, store, dsn = batch_env
+    write(store, "user:a")
+    write(store, "user:b")
+    fast, slow = ex.execute_batch([bjob("count", "user:a"), bjob("sleepy", "user:b")])
+    assert (fast.outcome, slow.outcome) == ("succeeded", "succeeded")
+    assert fast.started_at == slow.started_at  # claimed together
+    assert (slow.finished_at - fast.finished_at).total_seconds() >= 0.25
+    assert by_entity(dsn, "SELECT derivation, finished_at FROM runs") == {
+        "count": fast.finished_at, "sleepy": slow.finished_at}

@@ -452,9 +452,10 @@ class DeriveExecutor:
             runs[i] = claimed
             if call is not None:
                 calls[i] = call
-        for i, result in zip(calls, self._call_all(list(calls.values())), strict=True):
+        for i, (result, ended) in zip(calls, self._call_all(list(calls.values())),
+                                      strict=True):
             try:
-                self._called(runs[i], result)
+                self._called(runs[i], result, ended)
             except Exception as exc:  # the worker's own failure, not the function's
                 answers[i] = exc
                 del runs[i]
@@ -550,9 +551,10 @@ class DeriveExecutor:
             self._failed(run, error)
         return None
 
-    def _called(self, run: _Run, result: Any) -> None:
-        """What the job's function answered, checked against the contract."""
-        run.finished = self.clock.now()
+    def _called(self, run: _Run, result: Any, ended: datetime) -> None:
+        """What the job's function answered (by ``ended``), checked against the
+        contract."""
+        run.finished = ended
         if isinstance(result, _Raised):
             if not isinstance(result.exc, Exception):
                 raise result.exc  # KeyboardInterrupt, SystemExit: not a run outcome
@@ -579,7 +581,7 @@ class DeriveExecutor:
     def _call_all(self, calls: list[_Call]) -> list[Any]:
         """Call the functions one after the other on the derivation thread, each within
         its own timeout (from its own start); for each, what it returned or
-        :class:`_Raised`.  One hand-off to the thread per batch, not per job.  A
+        :class:`_Raised`, and when it ended.  One hand-off to the thread per batch, not per job.  A
         call that runs out of time is answered ``RunTimeout`` and abandoned on its
         thread (Python cannot kill it); the calls after it go on a fresh one."""
         out: list[Any] = [_PENDING] * len(calls)
@@ -606,10 +608,11 @@ class DeriveExecutor:
                     result: Any = calls[k].fn(calls[k].ctx)
                 except BaseException as exc:  # noqa: BLE001 - handed to the caller
                     result = _Raised(exc)
+                ended = self.clock.now()
                 with lock:
                     if not alive[0]:
                         return
-                    out[k] = result
+                    out[k] = (result, ended)
             done.set()
 
         self._pool.submit(work)
@@ -626,8 +629,9 @@ class DeriveExecutor:
                     continue
                 alive[0] = False
                 c = calls[k]
-                out[k] = _Raised(RunTimeout(
-                    f"derivation {c.name} exceeded timeout_s={c.timeout:g}", derivation=c.name))
+                out[k] = (_Raised(RunTimeout(
+                    f"derivation {c.name} exceeded timeout_s={c.timeout:g}",
+                    derivation=c.name)), self.clock.now())
             # A fresh thread keeps the worker going.
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="derive")
