@@ -26,7 +26,7 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import faust
@@ -39,12 +39,11 @@ from wakeline.core.engine import Dispatch, Engine
 from wakeline.core.outcomes import Outcome
 from wakeline.core.state import EntityState
 from wakeline.derive import DeriveExecutor, JobSpec, RunResult
-from wakeline.streams import ready, stimuli
+from wakeline.streams import derive_agent, ready, stimuli
 from wakeline.streams.cron import CronScheduler
 from wakeline.streams.guard import (
     OffsetGuard,
     admit_batch,
-    contiguous,
     unstick_tails,
 )
 from wakeline.streams.keys import entity_key, parse_key, split_state_key, state_key
@@ -314,13 +313,11 @@ def build_app(rt: Runtime) -> faust.App:
     if "derive" in rt.roles:
 
         # One actor: the offset guard needs to see every message of its partitions
-        # (several actors would each see a share and every share has gaps).
+        # (several actors would each see a share and every share has gaps).  Jobs
+        # run in batches (streams/derive_agent.py).
         @app.agent(derive_topic, name="derive")
         async def derive(stream: faust.StreamT) -> None:
-            async for ev in contiguous(app, stream, guards["derive"]):
-                job = JobSpec.from_json(ev.value)
-                trace("derive-recv", job.job_id, ev.message.partition, ev.message.offset)
-                await _run_job(rt, job)
+            await derive_agent.consume(app, rt, stream, guards["derive"], trace)
 
     if "cron" in rt.roles:
         scheduler = CronScheduler(rt, stimuli_topic, cron_topic)
@@ -671,34 +668,3 @@ async def _dead_letter(rt: Runtime, event: Any, code: str, reason: str) -> None:
                              rt.clock.now(), ident[0], ident[1], None, None,
                              {"topic": event.message.topic, "partition": event.message.partition,
                               "offset": event.message.offset})])
-
-
-async def _run_job(rt: Runtime, job: JobSpec) -> None:
-    loop = asyncio.get_running_loop()
-    ex = await rt.executor()
-    infra_failures = 0
-    try:
-        while True:
-            try:
-                result: RunResult = await loop.run_in_executor(rt._pool, ex.execute, job)
-            except Exception:
-                # The database or the worker failed, not the derivation: the job is
-                # retried (never dropped), and its cursor row is not touched.
-                infra_failures += 1
-                log.exception("job %s attempt %d failed in the worker", job.job_id, job.attempt)
-                with contextlib.suppress(Exception):
-                    ex.reset()
-                await asyncio.sleep(min(30.0, 0.5 * 2 ** infra_failures))
-                continue
-            rt.counters.runs += 1
-            trace("result", job.job_id, result.outcome)
-            if rt.on_run is not None:
-                rt.on_run(result)
-            if result.outcome == "failed" and result.retry_in is not None:
-                await asyncio.sleep(result.retry_in)
-                job = replace(job, attempt=job.attempt + 1)
-                continue
-            break
-    finally:
-        assert rt._executors is not None
-        rt._executors.put_nowait(ex)
