@@ -102,7 +102,7 @@ class Runtime:
     #: most messages the conditions agent handles as one batch
     batch_max: int = 1000
     #: longest a message waits for its batch to fill (seconds)
-    batch_wait: float = 0.01
+    batch_wait: float = 0.003
     announce: bool = False
     #: print a ``wakeline-stats {json}`` line of the counters every this many seconds
     #: (``WAKELINE_STATS_INTERVAL``; benchmarks and operators watching a worker)
