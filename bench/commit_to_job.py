@@ -2,7 +2,7 @@
 
 The whole trigger path as a user deploys it: PostgreSQL → CDC (the built-in relay,
 or Debezium in Kafka Connect) → the changes topic → ONE conditions worker process
-(Faust, ``wakeline worker --role conditions``) → a job on the derive topic.  Each
+(``wakeline worker --role readiness --role conditions``) → a job on the derive topic.  Each
 commit is one ready record of a NEW entity and the catalog has one derivation with
 a plain ``write`` trigger, so every commit fires exactly one job at once (no derive
 worker is needed: nothing waits on an earlier run of the same entity).
@@ -26,7 +26,8 @@ COMMIT returned is recorded too and its offset from the commit timestamp printed
 The first ``--warm`` seconds of writing are not measured; every job must arrive.
 
 Each job's time is also split by the messages' CreateTime (ms): CDC (commit → change
-produced), conditions (→ job produced), delivery (→ consumed).  Reference in the same
+produced), readiness (→ the ready batch holding it produced), conditions (→ job
+produced), delivery (→ consumed).  Reference in the same
 run: raw produce → consume latency of the same broker at the same rate
 (``bench/cdc_latency.py``'s ``raw_reference``).  The PNG has the latency CDFs and the
 latency over the run (a rising line is a worker falling behind).  The last line prints
@@ -185,6 +186,23 @@ def _commit_times(stack: Stack, prefix: str, n: int) -> dict[str, tuple[float, f
     return out
 
 
+def _ready_times(stack: Stack, prefix: str, n: int) -> dict[str, float]:
+    """entity → CreateTime of the ready batch that carried its record (the readiness
+    stage's hand-off to the conditions agent), read after the window."""
+    from wakeline.streams import ready
+
+    out: dict[str, float] = {}
+
+    def take(m: Any) -> bool:
+        for item in ready.decode(m.value())[1]:
+            if item.entity.startswith(prefix):
+                out.setdefault(item.entity, m.timestamp()[1] / 1000)
+        return len(out) >= n
+
+    _read_topic(stack.bootstrap, stack.topic("changes") + ".ready", take)
+    return out
+
+
 def _wait_jobs(stack: Stack, prefix: str, n: int, timeout: float = 120.0) -> None:
     """Until the derive topic holds jobs of ``n`` entities named ``prefix…``."""
     seen: set[str] = set()
@@ -289,6 +307,7 @@ def measure(svc: Services, catalog: Path, path: str, rate: float, args: argparse
         stats = [json.loads(line.split(" ", 1)[1]) for line in w.lines
                  if line.startswith("wakeline-stats ")]
         commit_ts = _commit_times(stack, prefix, n)
+        ready_ts = _ready_times(stack, prefix, n)
     finally:
         stack.stop()
         with contextlib.suppress(Exception):
@@ -302,11 +321,11 @@ def measure(svc: Services, catalog: Path, path: str, rate: float, args: argparse
     arrived = cres["arrived"]
     missing = [e for e in names if e not in arrived]
     no_ts = [e for e in names if e not in commit_ts]
-    measured = [e for e in names[n_warm:] if e in arrived and e in commit_ts]
-    # (commit ts, changes CreateTime, derive CreateTime, received) per measured job
-    rows = sorted((commit_ts[e][0], commit_ts[e][1], arrived[e][1], arrived[e][0])
-                  for e in measured)
-    lat = [recv - ct for ct, _, _, recv in rows]
+    measured = [e for e in names[n_warm:] if e in arrived and e in commit_ts and e in ready_ts]
+    # (commit ts, changes CreateTime, derive CreateTime, received, ready CreateTime)
+    rows = sorted((commit_ts[e][0], commit_ts[e][1], arrived[e][1], arrived[e][0],
+                   ready_ts[e]) for e in measured)
+    lat = [recv - ct for ct, _, _, recv, _ in rows]
     # latency over time, warm-up included, every 10th job: (s since the first commit,
     # latency ms, s since the first commit when produced to changes / to derive)
     every = sorted((commit_ts[e][0], arrived[e][0], commit_ts[e][1], arrived[e][1])
@@ -314,10 +333,12 @@ def measure(svc: Services, catalog: Path, path: str, rate: float, args: argparse
     timeline = [(ct - every[0][0], (recv - ct) * 1000, t1 - every[0][0], t2 - every[0][0])
                 for ct, recv, t1, t2 in every[::10]]
     # where the time goes, from the messages' CreateTime (ms resolution): CDC (commit →
-    # produced to changes), conditions (→ job produced to derive), delivery (→ consumed)
-    stages = {"cdc": [t1 - ct for ct, t1, _, _ in rows],
-              "conditions": [t2 - t1 for _, t1, t2, _ in rows],
-              "delivery": [recv - t2 for _, _, t2, recv in rows]}
+    # produced to changes), readiness (→ its ready batch produced), conditions (→ job
+    # produced to derive), delivery (→ consumed)
+    stages = {"cdc": [t1 - ct for ct, t1, _, _, _ in rows],
+              "readiness": [r - t1 for _, t1, _, _, r in rows],
+              "conditions": [t2 - r for _, _, t2, _, r in rows],
+              "delivery": [recv - t2 for _, _, t2, recv, _ in rows]}
     # the client's time after COMMIT returned, minus PostgreSQL's commit timestamp
     after = wres["after_commit"]
     offset = [after[i] - commit_ts[e][0] for i, e in enumerate(names) if e in commit_ts]
