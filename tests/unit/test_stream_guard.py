@@ -136,3 +136,43 @@ def test_a_partition_owned_again_resumes_after_our_last_offset_when_no_commit_is
     assert og.admit(_tp(3), 100, committed=due) == ("ok", None)
     og.forget([_tp(3)])
     assert og.admit(_tp(3), 250, committed=250) == ("ok", None)  # the commit wins
+
+
+def test_seeks_run_on_the_consumer_thread_not_the_callers() -> None:
+    """Faust's Consumer.seek mutates aiokafka's fetch buffer from the caller's thread
+    while the consumer thread iterates it (a KeyError crash); ours goes through
+    call_thread, so the seek runs on the consumer's own thread."""
+    import asyncio
+    import concurrent.futures
+    import threading
+
+    class Thread:
+        def __init__(self) -> None:
+            self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="consumer")
+            self.seeks: list[tuple[object, int, str]] = []
+
+        def seek(self, tp, offset) -> None:
+            self.seeks.append((tp, offset, threading.current_thread().name))
+
+        async def call_thread(self, fn, *args):
+            return await asyncio.wrap_future(self.pool.submit(lambda: asyncio.run(fn(*args))))
+
+    class Consumer:
+        def __init__(self) -> None:
+            self._thread = Thread()
+            self._read_offset: dict = {}
+
+        async def seek(self, tp, offset) -> None:  # Faust's: on the caller's thread
+            self._thread.seek(tp, offset)
+
+    class App:
+        consumer = Consumer()
+
+    app = App()
+    og = OffsetGuard("t")
+    og.admit(_tp(0), 5, committed=5)
+    ev = type("Ev", (), {"message": type("M", (), {"tp": _tp(0), "offset": 9})()})()
+    assert asyncio.run(g.admit_batch(app, og, [ev])) == []
+    [(tp, offset, name)] = app.consumer._thread.seeks
+    assert (tp, offset) == (_tp(0), 6) and name.startswith("consumer")
+    assert app.consumer._read_offset[_tp(0)] == 6

@@ -144,6 +144,28 @@ async def first_due(app: Any, guard: OffsetGuard, tp: Any) -> int:
     return found
 
 
+async def seek(app: Any, tp: Any, offset: int) -> None:
+    """Seek ``tp`` to ``offset`` on the consumer's own thread.
+
+    Faust's ``Consumer.seek`` calls aiokafka's ``seek`` from the caller's thread, and
+    that deletes the partition's entry from the fetcher's buffered records while the
+    consumer thread may be iterating them in ``fetched_records``: the worker crashed
+    with ``KeyError(TopicPartition(...))`` in the fetcher (bench/stream_throughput.py,
+    100k entities on Tansu).  Through ``call_thread`` the seek runs between the
+    consumer thread's own steps."""
+    consumer = app.consumer
+    thread = getattr(consumer, "_thread", None)
+    if thread is None or not hasattr(thread, "call_thread"):
+        await consumer.seek(tp, offset)
+        return
+    await thread.call_thread(_seek_now, thread, tp, offset)
+    consumer._read_offset[tp] = offset if offset else None  # as Consumer.seek does
+
+
+async def _seek_now(thread: Any, tp: Any, offset: int) -> None:
+    thread.seek(tp, offset)
+
+
 async def _let_through(app: Any, guard: OffsetGuard, event: Any) -> bool:
     """Whether ``guard`` lets ``event`` through; a jump seeks its partition back."""
     tp = event.message.tp
@@ -151,7 +173,7 @@ async def _let_through(app: Any, guard: OffsetGuard, event: Any) -> bool:
     verdict, to = guard.admit(tp, event.message.offset, committed)
     if verdict == "seek":
         assert to is not None
-        await app.consumer.seek(tp, to)
+        await seek(app, tp, to)
     return verdict == "ok"
 
 
@@ -204,6 +226,6 @@ async def unstick_tails(app: Any, guards: Any, quiet_s: float = 3.0) -> int:
             g.expected[tp] = want
             g.seeking[tp] = (want, now)
             g.seeks += 1
-            await consumer.seek(tp, want)
+            await seek(app, tp, want)
             n += 1
     return n
