@@ -82,6 +82,19 @@ class Worker:
     def pid(self) -> int:
         return self.proc.pid
 
+    def failure(self) -> str:
+        """The output worth showing when the worker failed: from its first error line
+        (60 lines of it) and its last 20 lines."""
+        lines = list(self.lines)
+        first = next((i for i, line in enumerate(lines)
+                      if "Traceback" in line or "[ERROR]" in line or "[CRITICAL]" in line),
+                     len(lines))
+        head = lines[first:first + 60]
+        tail = lines[max(first + 60, len(lines) - 20):]
+        full = Path(tempfile.gettempdir()) / f"wakeline-bench-worker-{self.pid}.log"
+        full.write_text("\n".join(lines) + "\n")
+        return "\n".join(head + (["..."] if tail else []) + tail + [f"(whole output: {full})"])
+
     def wait_for(self, text: str, timeout: float = 120.0, after: int = 0) -> float:
         """Wait until a line (from index ``after``) contains ``text``; its time."""
         deadline = time.monotonic() + timeout
@@ -91,8 +104,7 @@ class Worker:
             if self.proc.poll() is not None:
                 break
             time.sleep(0.02)
-        raise RuntimeError(f"worker never printed {text!r}; output:\n"
-                           + "\n".join(self.lines[-40:]))
+        raise RuntimeError(f"worker never printed {text!r}; output:\n" + self.failure())
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> None:
         if self.proc.poll() is None:

@@ -133,7 +133,7 @@ def run_workers(stack: Stack, expect: int, workers: int = 1, layout: str = "one"
                 if line.startswith("wakeline-stats "):
                     last[i] = json.loads(line.split(" ", 1)[1])
             if w.proc.poll() is not None:
-                raise RuntimeError("worker exited:\n" + "\n".join(w.lines[-40:]))
+                raise RuntimeError("worker exited:\n" + w.failure())
         if workers == 1:
             return sum(x.get("events", 0) for x in last)
         done = stack.committed(stack.app_id + "-readiness", stack.topic("changes"))
