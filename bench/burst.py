@@ -143,7 +143,7 @@ def wait_processed(w: Any, writes: int, settle: float, timeout: float) -> float 
         if reached is not None and now - since >= settle:
             return reached
         if w.proc.poll() is not None:
-            raise RuntimeError("worker exited:\n" + "\n".join(w.lines[-40:]))
+            raise RuntimeError("worker exited:\n" + w.failure())
         time.sleep(0.1)
     return None
 
@@ -159,7 +159,7 @@ def warm_up(stack: Stack, timeout: float = 120) -> float:
             return time.monotonic() - t
         time.sleep(0.1)
     raise RuntimeError("the warm-up record never made a run; worker output:\n"
-                       + "\n".join(stack.workers[-1].lines[-40:]))
+                       + stack.workers[-1].failure())
 
 
 def last_stats(lines: list[str]) -> dict[str, Any]:

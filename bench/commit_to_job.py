@@ -216,7 +216,7 @@ def _wait_jobs(stack: Stack, prefix: str, n: int, timeout: float = 120.0) -> Non
     _read_topic(stack.bootstrap, stack.topic("derive"), take, idle=timeout, timeout=timeout)
     if len(seen) < n:
         raise RuntimeError(f"{len(seen)} of {n} warm-up jobs reached {stack.topic('derive')}:\n"
-                           + "\n".join(line for w in stack.workers for line in w.lines[-20:]))
+                           + "\n".join(w.failure() for w in stack.workers))
 
 
 def _cpu_busy() -> tuple[float, float]:

@@ -372,14 +372,11 @@ def wait_until(pred: Any, timeout: float, what: str, workers: list[Worker]) -> N
             return
         for w in workers:
             if w.proc.poll() is not None:
-                first = next((i for i, line in enumerate(w.lines)
-                              if "Traceback" in line or "[ERROR]" in line
-                              or "[CRITICAL]" in line), max(0, len(w.lines) - 40))
                 raise RuntimeError(f"a worker exited while waiting for {what}:\n"
-                                   + "\n".join(w.lines[max(0, first - 5):first + 60]))
+                                   + w.failure())
         time.sleep(0.05)
     raise RuntimeError(f"timed out waiting for {what}; last lines:\n" + "\n\n".join(
-        "\n".join(w.lines[-20:]) for w in workers))
+        w.failure() for w in workers))
 
 
 def covering(clock: LineClock, workers: list[Worker], since: float, partitions: int) -> bool:

@@ -43,15 +43,17 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
+import orjson
 import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb, set_json_loads
 
 from wakeline.catalog import Catalog, DerivationContext, validate_emissions
+from wakeline.cdc._json import loads
 from wakeline.clock import Clock, SystemClock, iso
 from wakeline.core.build import build_plan
 from wakeline.core.inputs import definition_hashes, record_dict, select_input
@@ -258,11 +260,18 @@ class JobSpec:
     dedupe: tuple[str, ...] = ()
 
     def to_json(self) -> bytes:
-        return json.dumps(asdict(self), separators=(",", ":")).encode()
+        # orjson over an explicit dict: dataclasses.asdict deep-copies field by field
+        # and json.dumps is Python code; together they were 6 % of a conditions
+        # worker's samples at 5k jobs/s (py-spy); 17 -> 0.5 us per job.
+        return orjson.dumps({
+            "job_id": self.job_id, "workspace": self.workspace,
+            "derivation": self.derivation, "entity": self.entity,
+            "reasons": self.reasons, "run_after": self.run_after,
+            "attempt": self.attempt, "dedupe": self.dedupe})
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> JobSpec:
-        d = json.loads(raw)
+        d = loads(raw)
         return cls(d["job_id"], d["workspace"], d["derivation"], d["entity"],
                    tuple(d.get("reasons", ())), d.get("run_after"), int(d.get("attempt", 1)),
                    tuple(d.get("dedupe", ())))
