@@ -106,7 +106,9 @@ def run_workers(stack: Stack, expect: int, workers: int = 1, layout: str = "one"
     ``layout``: ``one`` -- each process runs the readiness stage (change topic ->
     ready batches) and the conditions agent, as ``wakeline worker`` does by default;
     ``split`` -- one more process runs the readiness stage alone, so the conditions
-    processes' own cost shows apart.  Every run is a fresh consumer group."""
+    processes' own cost shows apart, and nothing flows until every conditions process
+    is ready (what the sweep uses for several workers).  Every run is a fresh consumer
+    group."""
     stack.run += 1
     env = {"WAKELINE_STATS_INTERVAL": str(stats_interval)}
     roles = ("readiness", "conditions") if layout == "one" else ("conditions",)
@@ -134,7 +136,7 @@ def run_workers(stack: Stack, expect: int, workers: int = 1, layout: str = "one"
                     last[i] = json.loads(line.split(" ", 1)[1])
             if w.proc.poll() is not None:
                 raise RuntimeError("worker exited:\n" + w.failure())
-        if workers == 1:
+        if workers == 1 or layout == "split":  # no rebalance while measuring: no replays
             return sum(x.get("events", 0) for x in last)
         done = stack.committed(stack.app_id + "-readiness", stack.topic("changes"))
         return expect - sum(max(0, end - max(0, done.get(p, 0))) for p, end in ends.items())
@@ -163,6 +165,9 @@ def run_workers(stack: Stack, expect: int, workers: int = 1, layout: str = "one"
         w.stop()
     dt = t_done - t0
     measured = expect - before
+    if measured <= 0:
+        raise RuntimeError(f"the first of {workers} workers processed every record before the "
+                           "last was ready: use --layout split to measure several workers")
     by_outcome: dict[str, int] = {}
     for x in last:
         for k, v in x.get("by_outcome", {}).items():
@@ -189,11 +194,12 @@ def sweep(args: argparse.Namespace, catalog: Path) -> list[dict[str, Any]]:
                     continue
                 stack = svc.stack(catalog, partitions=parts)
                 n = stack.load(rows(args.entities, args.records))
-                res = run_workers(stack, n, workers)
+                res = run_workers(stack, n, workers, "split")
                 res["partitions"] = parts
                 out.append(res)
-                print(f"  {parts} partitions, {workers} workers: {res['rate']:8,.0f} records/s "
-                      f"(CPU {res['cpu_pct']:.0f}%)", flush=True)
+                print(f"  {parts} partitions, {workers} conditions workers: {res['rate']:8,.0f} "
+                      f"records/s (CPU {res['cpu_pct']:.0f}% of a core; readiness process "
+                      f"{res['readiness_cpu_pct']:.0f}%)", flush=True)
                 stack.stop()
     return out
 
@@ -208,10 +214,11 @@ def draw_sweep(points: list[dict[str, Any]], path: Path) -> None:
     for workers in sorted({p["workers"] for p in points}):
         pts = sorted((p["partitions"], p["rate"]) for p in points if p["workers"] == workers)
         ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o",
-                label=f"{workers} worker process{'es' if workers > 1 else ''}")
+                label=f"{workers} conditions process{'es' if workers > 1 else ''}")
     ax.set_xlabel("partitions of the changes topic")
     ax.set_ylabel("ready records/s (all workers)")
-    ax.set_title("Conditions throughput, Apache Kafka, 2-core machine")
+    ax.set_title("Conditions throughput, Apache Kafka, 2-core machine\n"
+                 "(conditions workers fed by one readiness process)", fontsize=10)
     ax.set_ylim(bottom=0)
     ax.legend()
     ax.grid(alpha=0.3)
