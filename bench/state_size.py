@@ -9,17 +9,25 @@ N entities each receive a few records of the mixed catalog and a run (the
   comparison), ``stored before``: what the previous ``dump_state`` wrote (compact
   JSON), ``stored now``: :func:`wakeline.core.codec.encode_state` bytes;
 - ``worker-held``: what the streaming worker keeps per entity, as RSS growth of a
-  fresh process that holds N entries ``state key (str) -> stored bytes`` in a dict
-  (Faust's ``memory://`` table) plus the entity's :class:`TimerIndex` entry when it
-  has a next wakeup; measured for the previous form and the current one.  The
-  cost of one TimerIndex entry is printed apart (this workload has no timed
-  conditions, so no entity has one).
+  fresh process that holds N entries ``state key (str) -> value`` in per-partition
+  dicts (:class:`wakeline.streams.statestore.EntityStore`'s ``parts``; the value is
+  the framed stored state, ``statestore.frame``: a 10-byte header with the wake-up,
+  then the codec bytes) plus the entity's :class:`TimerIndex` entry when it has a
+  next wakeup; measured for the previous form (compact JSON, unframed) and the
+  current one.  The cost of one TimerIndex entry is printed apart (this workload
+  has no timed conditions, so no entity has one).
+- ``--hold-entities M`` measures the holdings at M entities (e.g. 1,000,000)
+  without running the core for all of them: the N measured states' values are
+  repeated in order under M distinct keys (each a separate bytes object, as in
+  the worker), so the payload sizes are the workload's and the container costs
+  are those of M entries.
 
 Reference, same run: N entities holding an empty dict under the same keys, by
 tracemalloc (against the heap figure) and by RSS in a fresh process (against the
 worker-held figures).
 
-    python bench/state_size.py [--entities 20000] [--tiny] [--no-heap]
+    python bench/state_size.py [--entities 20000] [--hold-entities 1000000] [--tiny]
+        [--no-heap]
 """
 
 from __future__ import annotations
@@ -47,6 +55,9 @@ from wakeline.core.codec import decode_state, encode_state  # noqa: E402
 from wakeline.core.engine import Engine  # noqa: E402
 from wakeline.core.state import EntityState  # noqa: E402
 from wakeline.streams.keys import entity_key, state_key  # noqa: E402
+from wakeline.streams.statestore import frame  # noqa: E402
+
+FRAME_HEAD = len(frame(b"", None, False))
 
 _REC = struct.Struct("<HIHd")  # key length, value length (0: an empty dict), entity key length, due
 _NO_DUE = float("nan")
@@ -64,20 +75,21 @@ def hold(path: str) -> None:
 
     with open(path, "rb", buffering=1 << 16) as f:
         (n,) = struct.unpack("<Q", f.read(8))
-        table: dict[str, object] = {}
+        table: dict[int, dict[str, object]] = {p: {} for p in range(PARTITIONS)}
         timers = TimerIndex()
         gc.collect()
         base = _rss()
         for i in range(n):
             kl, vl, el, due = _REC.unpack(f.read(_REC.size))
             key = f.read(kl).decode()
-            table[key] = f.read(vl) if vl else {}
+            table[i % PARTITIONS][key] = f.read(vl) if vl else {}
             ekey = f.read(el)
             if due == due:  # not NaN: the entity has a next wakeup
                 timers.set(i % PARTITIONS, ekey, due)
         gc.collect()
         grown = _rss() - base
-    print(json.dumps({"entries": len(table), "timers": len(timers), "rss": grown}))
+    print(json.dumps({"entries": sum(map(len, table.values())), "timers": len(timers),
+                      "rss": grown}))
 
 
 Rows = list[tuple[str, bytes | None, bytes, float | None]]
@@ -111,6 +123,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--entities", type=int, default=20_000)
     ap.add_argument("--per-entity", type=int, default=4)
+    ap.add_argument("--hold-entities", type=int, default=0,
+                    help="measure the worker-held RSS at this many entities (the measured "
+                         "states' values repeated under distinct keys); default: N")
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--no-heap", action="store_true",
                     help="skip tracemalloc (the heap figure) to save time at large N")
@@ -158,6 +173,7 @@ def main() -> None:
         new = encode_state(s)
         c3 = time.perf_counter()
         back = decode_state(new, s.workspace, s.entity)
+        new = frame(new, due, False)  # what EntityStore holds
         c4 = time.perf_counter()
         jenc_s += c1 - c0
         jdec_s += c2 - c1
@@ -165,13 +181,21 @@ def main() -> None:
         dec_s += c4 - c3
         assert back == s
         stored_old += len(old)
-        stored_new += len(new)
-        deflated += new[0] == 2
+        stored_new += len(new) - FRAME_HEAD
+        deflated += new[FRAME_HEAD] == 2
         rows_old.append((skey, old, ekey, due))
         rows_new.append((skey, new, ekey, due))
         rows_ref.append((skey, None, b"", None))
         rows_due.append((skey, None, ekey, 1_780_000_000.0 + len(rows_due)))
+    ws = next(iter(states.values())).workspace
     del states
+    m = a.hold_entities or n
+    if m != n:  # the same values in order under m distinct keys
+        rows_old, rows_new, rows_ref, rows_due = (
+            [(state_key(ws, f"user:{i:07d}"), rows[i % n][1],
+              entity_key(ws, f"user:{i:07d}"), rows[i % n][3]) for i in range(m)]
+            for rows in (rows_old, rows_new, rows_ref, rows_due))
+        rows_due = [(k, None, e, 1_780_000_000.0 + i) for i, (k, _, e, _) in enumerate(rows_due)]
     with tempfile.TemporaryDirectory() as tmp:
         files = {}
         for name, rows in (("old", rows_old), ("new", rows_new), ("ref", rows_ref),
@@ -189,20 +213,21 @@ def main() -> None:
     tracemalloc.stop()
     del ref
 
-    per = {k: v["rss"] / n for k, v in held.items()}
+    per = {k: v["rss"] / m for k, v in held.items()}
     us = 1e6 / n
     print(f"entities={n} records={a.entities * a.per_entity} "
-          f"timers={held['new']['timers']} core+heap {core_s:.0f} s")
+          f"timers={held['new']['timers']} core+heap {core_s:.0f} s; worker-held measured at "
+          f"{m:,} entities" + (f" ({n:,} states' values repeated)" if m != n else ""))
     if used is not None:
         print(f"state heap            {used / n:>8,.0f} B/entity  (EntityState objects)")
     print(f"state JSON            {ser / n:>8,.0f} B/entity  (json.dumps(st.to_dict()))")
     print(f"stored before         {stored_old / n:>8,.0f} B/entity  (compact JSON, old dump_state)")
     print(f"stored now            {stored_new / n:>8,.0f} B/entity  (encode_state; "
-          f"{deflated / n:.1%} deflated)")
+          f"{deflated / n:.1%} deflated; + {FRAME_HEAD} B frame header in the store)")
     print(f"worker-held before    {per['old']:>8,.0f} B/entity  (RSS: key + JSON bytes + dict "
           f"entry + timer)")
-    print(f"worker-held now       {per['new']:>8,.0f} B/entity  (RSS: key + encoded bytes + "
-          f"dict entry + timer)")
+    print(f"worker-held now       {per['new']:>8,.0f} B/entity  (RSS: key + framed encoded "
+          f"bytes + dict entry + timer)")
     print(f"reference RSS         {per['ref']:>8,.0f} B/entity  (same keys, an empty dict each)")
     print(f"a timer entry         {per['due'] - per['ref']:>8,.0f} B/entity  (TimerIndex, for an "
           f"entity with a next wakeup; none here has one)" if not held["new"]["timers"] else
