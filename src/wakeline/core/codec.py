@@ -1,7 +1,8 @@
 """The stored form of an :class:`~wakeline.core.state.EntityState`: compact bytes.
 
-The streaming worker keeps one value per entity in its Faust table (and in the
-table's changelog): ``encode_state(st)`` bytes under the key
+The streaming worker keeps one value per entity in its entity store
+(:mod:`wakeline.streams.statestore`, and in the store's changelog topic), framed
+around ``encode_state(st)`` bytes, under the key
 ``<workspace>\\x1f<entity>``.  Since the key names the entity, the value does not
 repeat it: :func:`decode_state` takes ``workspace`` and ``entity`` from the caller.
 

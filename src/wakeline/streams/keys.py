@@ -29,8 +29,8 @@ _SEP = "\x1f"
 
 
 def state_key(workspace: str, entity: str) -> str:
-    """The state table's key.  Not JSON: Faust's changelog recovery must not decode
-    it into a dict (it would be unhashable)."""
+    """The entity store's key (and its changelog's).  Not JSON: it names the entity
+    in a form no JSON reader turns into a dict."""
     return f"{workspace}{_SEP}{entity}"
 
 

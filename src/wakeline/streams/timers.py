@@ -1,7 +1,7 @@
 """The time index: which entities need a tick, found at O(due) cost.
 
 One heap per assigned partition of ``(due, key, partition)`` with lazy deletion
-(the latest registration of a key wins).  Rebuilt from the state table when
+(the latest registration of a key wins).  Rebuilt from the entity store when
 partitions are assigned; dropped when they are revoked.  ``pop_due(now)``
 returns each due key once and marks it in flight until the agent processes its
 tick and re-registers the entity's next wakeup.
