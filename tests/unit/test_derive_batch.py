@@ -127,3 +127,108 @@ def test_a_mailboxs_later_job_waits_for_the_earlier_ones_retries() -> None:
     assert ex.calls == [[(a1.job_id, 1), (b.job_id, 1)], [(a1.job_id, 2)], [(a2.job_id, 1)]]
     assert [(r[0], r[1]) for r in reported] == [
         (a1.job_id, 1), (b.job_id, 1), (a1.job_id, 2), (a2.job_id, 1)]
+
+
+class _Msg:
+    """Faust's Message reference counting: final when the count reaches 0."""
+
+    def __init__(self, offset: int) -> None:
+        self.offset, self.partition, self.refcount, self.acked = offset, 0, 1, False
+
+    def incref(self) -> None:
+        self.refcount += 1
+
+    def ack(self) -> bool:
+        self.refcount -= 1
+        if self.refcount == 0:
+            self.acked = True
+            return True
+        return False
+
+
+class _Stream:
+    """``take_events`` as Faust runs it: nothing is delivered while the loop body runs,
+    and each event is acked once the body returns."""
+
+    def __init__(self, batches: list[list[JobSpec]], log: list[tuple[str, Any]]) -> None:
+        self.events = [[SimpleNamespace(value=j.to_json(), message=_Msg(k * 100 + i))
+                        for i, j in enumerate(b)] for k, b in enumerate(batches)]
+        self.log = log
+
+    async def take_events(self, n: int, within: float) -> Any:
+        for batch in self.events:
+            self.log.append(("delivered", [e.message.offset for e in batch]))
+            yield batch
+            for e in batch:
+                await self.ack(e)
+
+    async def ack(self, event: Any) -> bool:
+        if event.message.ack():
+            self.log.append(("committable", event.message.offset))
+            return True
+        return False
+
+
+class _SlowExecutor(FakeExecutor):
+    def __init__(self, log: list[tuple[str, Any]], seconds: float) -> None:
+        super().__init__({})
+        self.log, self.seconds = log, seconds
+
+    def execute_batch(self, jobs: list[JobSpec]) -> list[Any]:
+        import time
+
+        self.log.append(("start", [j.entity for j in jobs]))
+        time.sleep(self.seconds)
+        self.log.append(("end", [j.entity for j in jobs]))
+        return super().execute_batch(jobs)
+
+
+def consume(batches: list[list[JobSpec]]) -> list[tuple[str, Any]]:
+    log: list[tuple[str, Any]] = []
+
+    async def main() -> None:
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        for _ in range(2):
+            queue.put_nowait(_SlowExecutor(log, 0.05))
+
+        async def executor() -> Any:
+            return await queue.get()
+
+        rt = SimpleNamespace(executor=executor, _executors=queue,
+                             counters=SimpleNamespace(runs=0),
+                             _pool=ThreadPoolExecutor(max_workers=2), on_run=None)
+
+        async def admit_all(app: Any, guard: Any, events: list[Any]) -> list[Any]:
+            return events
+
+        import wakeline.streams.guard as guard_mod
+        real = guard_mod.admit_batch
+        guard_mod.admit_batch = admit_all
+        try:
+            await derive_agent.consume(None, rt, _Stream(batches, log), None)
+        finally:
+            guard_mod.admit_batch = real
+            rt._pool.shutdown()
+
+    asyncio.run(main())
+    return log
+
+
+def test_the_next_batch_is_delivered_while_one_runs_and_offsets_wait_for_their_jobs() -> None:
+    log = consume([[job("a"), job("b")], [job("c")]])
+    at = {entry: i for i, entry in enumerate((k, tuple(v) if isinstance(v, list) else v)
+                                              for k, v in log)}
+    # the second batch was delivered and started before the first ended
+    assert at[("delivered", (100,))] < at[("end", ("a", "b"))]
+    assert at[("start", ("c",))] < at[("end", ("a", "b"))]
+    # an offset becomes committable only after its job's batch ended
+    assert at[("committable", 0)] > at[("end", ("a", "b"))]
+    assert at[("committable", 1)] > at[("end", ("a", "b"))]
+    assert at[("committable", 100)] > at[("end", ("c",))]
+
+
+def test_a_batch_sharing_a_mailbox_with_one_in_flight_waits_for_it() -> None:
+    log = consume([[job("a"), job("b")], [job("a", 2)]])
+    order = [(k, tuple(v)) for k, v in log if k in ("start", "end")]
+    assert order == [("start", ("a", "b")), ("end", ("a", "b")),
+                     ("start", ("a",)), ("end", ("a",))]
