@@ -40,7 +40,7 @@ import tempfile
 import textwrap
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -87,24 +87,28 @@ def scenario(kind: str, threads: int, batch: int, r: int) -> str:
     return f"{kind}_{threads}t_b{batch}_r{r}"
 
 
-def write_catalog(root: Path, rounds: int, threads: tuple[int, ...] = THREADS,
-                  batches: tuple[int, ...] = BATCHES) -> Path:
+def write_derivations(root: Path, derivations: Iterable[tuple[str, str]]) -> Path:
+    """The catalog: the collections, the functions, and one derivation per ``(name,
+    kind)`` (kind ``noop`` or ``upsert``) over ``main`` with a ``write`` trigger."""
     for sub in ("collections", "derivations"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     for name, text in COLLECTIONS.items():
         (root / "collections" / f"{name}.yaml").write_text(textwrap.dedent(text))
-    for kind in KINDS:
-        for t in threads:
-            for batch in batches:
-                for r in range(rounds):
-                    name = scenario(kind, t, batch, r)
-                    emits = "[summary]" if kind == "upsert" else "[]"
-                    (root / "derivations" / f"{name}.yaml").write_text(
-                        f"name: {name}\nfunction: benchfuncs:{kind}\n"
-                        f"source:\n  collections: [main]\n  mode: changes\n"
-                        f"emits: {emits}\ntrigger:\n  write: {{}}\n")
+    for name, kind in derivations:
+        emits = "[summary]" if kind == "upsert" else "[]"
+        (root / "derivations" / f"{name}.yaml").write_text(
+            f"name: {name}\nfunction: benchfuncs:{kind}\n"
+            f"source:\n  collections: [main]\n  mode: changes\n"
+            f"emits: {emits}\ntrigger:\n  write: {{}}\n")
     (root / "benchfuncs.py").write_text(FUNCS)
     return root
+
+
+def write_catalog(root: Path, rounds: int, threads: tuple[int, ...] = THREADS,
+                  batches: tuple[int, ...] = BATCHES) -> Path:
+    return write_derivations(root, ((scenario(kind, t, batch, r), kind) for kind in KINDS
+                                    for t in threads for batch in batches
+                                    for r in range(rounds)))
 
 
 def backend_cpu(pid: int) -> float | None:

@@ -26,34 +26,21 @@ step), for the same derivation under another name.  ``ratio = worker / bare``.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-import textwrap
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _stack import Services, Stack, cpu_seconds  # noqa: E402
-from derive_throughput import COLLECTIONS, FUNCS, Bare  # noqa: E402
+from derive_throughput import KINDS, Bare, write_derivations  # noqa: E402
 
-KINDS = ("noop", "upsert")
 BATCH = 64
-
-
-def write_catalog(root: Path) -> Path:
-    for sub in ("collections", "derivations"):
-        (root / sub).mkdir(parents=True, exist_ok=True)
-    for name, text in COLLECTIONS.items():
-        (root / "collections" / f"{name}.yaml").write_text(textwrap.dedent(text))
-    for kind in KINDS:
-        emits = "[summary]" if kind == "upsert" else "[]"
-        (root / "derivations" / f"{kind}.yaml").write_text(
-            f"name: {kind}\nfunction: benchfuncs:{kind}\n"
-            f"source:\n  collections: [main]\n  mode: changes\n"
-            f"emits: {emits}\ntrigger:\n  write: {{}}\n")
-    (root / "benchfuncs.py").write_text(FUNCS)
-    return root
 
 
 def produce_jobs(stack: Stack, derivation: str, entities: list[str]) -> None:
@@ -135,17 +122,13 @@ def main() -> int:
     a = ap.parse_args()
     if a.tiny:
         a.broker, a.entities = "tansu", 300
-    import os
-    import tempfile
-
     entities = [f"user:{i:07d}" for i in range(a.entities)]
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp, Services(a.broker) as svc:
-        stack = svc.stack(write_catalog(Path(tmp) / "catalog"), partitions=a.partitions)
+        catalog = write_derivations(Path(tmp) / "catalog", ((k, k) for k in KINDS))
+        stack = svc.stack(catalog, partitions=a.partitions)
         stack.insert({"entity": e, "collection": "main", "type": "chat",
                       "content": {"priority": r}} for e in entities for r in range(a.records))
-        import psycopg
-
         with psycopg.connect(stack.dsn, autocommit=True) as conn:
             conn.execute("ANALYZE records")
         for kind in KINDS:

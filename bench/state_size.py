@@ -173,8 +173,8 @@ def main() -> None:
         new = encode_state(s)
         c3 = time.perf_counter()
         back = decode_state(new, s.workspace, s.entity)
-        new = frame(new, due, False)  # what EntityStore holds
         c4 = time.perf_counter()
+        new = frame(new, due, False)  # what EntityStore holds
         jenc_s += c1 - c0
         jdec_s += c2 - c1
         enc_s += c3 - c2
@@ -191,11 +191,13 @@ def main() -> None:
     del states
     m = a.hold_entities or n
     if m != n:  # the same values in order under m distinct keys
-        rows_old, rows_new, rows_ref, rows_due = (
-            [(state_key(ws, f"user:{i:07d}"), rows[i % n][1],
-              entity_key(ws, f"user:{i:07d}"), rows[i % n][3]) for i in range(m)]
-            for rows in (rows_old, rows_new, rows_ref, rows_due))
-        rows_due = [(k, None, e, 1_780_000_000.0 + i) for i, (k, _, e, _) in enumerate(rows_due)]
+        keys = [(state_key(ws, f"user:{i:07d}"), entity_key(ws, f"user:{i:07d}"))
+                for i in range(m)]
+        rows_old, rows_new = ([(k, rows[i % n][1], e, rows[i % n][3])
+                               for i, (k, e) in enumerate(keys)]
+                              for rows in (rows_old, rows_new))
+        rows_ref = [(k, None, b"", None) for k, _ in keys]
+        rows_due = [(k, None, e, 1_780_000_000.0 + i) for i, (k, e) in enumerate(keys)]
     with tempfile.TemporaryDirectory() as tmp:
         files = {}
         for name, rows in (("old", rows_old), ("new", rows_new), ("ref", rows_ref),

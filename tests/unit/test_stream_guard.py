@@ -154,8 +154,11 @@ def test_seeks_run_on_the_consumer_thread_not_the_callers() -> None:
         def seek(self, tp, offset) -> None:
             self.seeks.append((tp, offset, threading.current_thread().name))
 
-        async def call_thread(self, fn, *args):
-            return await asyncio.wrap_future(self.pool.submit(lambda: asyncio.run(fn(*args))))
+        async def call_thread(self, fn, *args):  # mode's: sync or async functions
+            async def call():
+                out = fn(*args)
+                return await out if asyncio.iscoroutine(out) else out
+            return await asyncio.wrap_future(self.pool.submit(lambda: asyncio.run(call())))
 
     class Consumer:
         def __init__(self) -> None:

@@ -158,12 +158,8 @@ async def seek(app: Any, tp: Any, offset: int) -> None:
     if thread is None or not hasattr(thread, "call_thread"):
         await consumer.seek(tp, offset)
         return
-    await thread.call_thread(_seek_now, thread, tp, offset)
+    await thread.call_thread(thread.seek, tp, offset)
     consumer._read_offset[tp] = offset if offset else None  # as Consumer.seek does
-
-
-async def _seek_now(thread: Any, tp: Any, offset: int) -> None:
-    thread.seek(tp, offset)
 
 
 async def _let_through(app: Any, guard: OffsetGuard, event: Any) -> bool:
