@@ -2,8 +2,8 @@
 
 ``bench/derive_throughput.py`` measures the executor in process; this is the same
 work as a deployment runs it: a worker process whose only role is ``derive`` reads
-jobs from the derive topic (Faust agent, batches of up to 64 within 5 ms, offset
-guard) and runs them with ``DeriveExecutor.execute_batch`` against PostgreSQL.
+jobs from the derive topic (a librdkafka consumer, batches of up to 64 within 5 ms,
+two in flight) and runs them with ``DeriveExecutor.execute_batch`` against PostgreSQL.
 
 Workload: N entities, each with ``--records`` ready ``main`` records inserted
 beforehand.  For each derivation (``noop``: the function returns ``[]``;
@@ -11,7 +11,7 @@ beforehand.  For each derivation (``noop``: the function returns ``[]``;
 ``summary``), N jobs are produced to the derive topic exactly as the conditions
 agent produces them (key: the entity key; value: ``JobSpec.to_json()``, a
 ``write`` trigger reason, attempt 1), all before the worker starts.  The figure is
-jobs/s from the worker's ``rebalance complete`` line until PostgreSQL holds N run
+jobs/s from the worker's ``derive ready`` line until PostgreSQL holds N run
 rows of the derivation, and the worker's CPU per job.
 
 Reference in the same run, on the same database and records: the bare psycopg 3
@@ -73,7 +73,7 @@ def runs_of(stack: Stack, derivation: str) -> int:
 def measure_worker(stack: Stack, kind: str, n: int, batch: int,
                    timeout: float = 600) -> dict[str, Any]:
     w = stack.worker("derive", env={"WAKELINE_DERIVE_BATCH": str(batch)})
-    w.wait_for("rebalance complete", timeout=300)
+    w.wait_for("derive ready", timeout=300)
     t0 = time.monotonic()
     cpu0 = cpu_seconds(w.pid)
     done = 0

@@ -228,6 +228,33 @@ def test_malformed_change_goes_to_dead_letter_and_the_stream_goes_on(stack):
     assert outcome and outcome[0][0].startswith("cdc.envelope.not_json")
 
 
+def test_a_message_on_the_derive_topic_that_is_not_a_job_is_dead_lettered(stack):
+    """The derive consumer dead-letters what it cannot read as a job, records the
+    outcome, and runs the jobs after it."""
+    from wakeline.cdc.dlq import read_dead_letters
+    from wakeline.derive import JobSpec
+
+    st = stack
+    topo = __import__("yaml").safe_load(st.topology.read_text())
+    derive_topic = topo["topics"]["derive"]["name"]
+    key = entity_key("default", "e:badjob")
+    p = Producer({"bootstrap.servers": st.bootstrap, "partitioner": "murmur2_random"})
+    p.produce(derive_topic, key=key, value=b'{"job_id": 7}')
+    p.produce(derive_topic, key=key, value=JobSpec(
+        "default/w/e:badjob/manual-1", "default", "w", "e:badjob", ("manual",)).to_json())
+    assert p.flush(10) == 0
+    runs = st.wait_runs(1, derivation="w", entity="e:badjob", timeout=30)
+    assert [r["job_id"] for r in runs] == ["default/w/e:badjob/manual-1"]
+    letters = [d for d in read_dead_letters(st.bootstrap, topo["topics"]["dead_letter"]["name"],
+                                            timeout=20, expect=2)
+               if d.topic == derive_topic]
+    assert [(d.value, d.code) for d in letters] == [(b'{"job_id": 7}', "derive.job.malformed")]
+    outcome = st.query("SELECT reason FROM outcomes WHERE kind = 'dead_letter' "
+                       "AND entity = 'e:badjob'")
+    assert outcome and outcome[0][0].startswith("derive.job.malformed: not a derive job: "
+                                                "KeyError"), outcome
+
+
 def test_readiness_agent_enriches_unready_records_in_one_update(stack):
     st = stack
     seq = st.write("e:enrich", type="chat", content={"priority": 7}, ready=False)

@@ -1,13 +1,14 @@
-"""Derive batches without services: the waves a batch runs in, and the agent's loop
-(streams/derive_agent.run_jobs) over a scripted executor: retries after backoff,
-infrastructure failures retried and never dropped, a mailbox's jobs in order."""
+"""Derive batches without services: the waves a batch runs in, the loop
+(streams/derive_agent.run_jobs) over a scripted executor (retries after backoff,
+infrastructure failures retried and never dropped, a mailbox's jobs in order), and
+the derive consumer's batches in flight and the offsets it commits."""
 
 from __future__ import annotations
 
-import asyncio
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -60,27 +61,10 @@ class FakeExecutor:
 
 
 def run(jobs: list[JobSpec], ex: FakeExecutor) -> list[tuple[str, int, str, float]]:
-    """The results reported (job id, attempt, outcome, loop time)."""
+    """The results reported (job id, attempt, outcome, monotonic time)."""
     reported: list[tuple[str, int, str, float]] = []
-
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Any] = asyncio.Queue()
-        queue.put_nowait(ex)
-
-        async def executor() -> Any:
-            return await queue.get()
-
-        rt = SimpleNamespace(
-            executor=executor, _executors=queue, counters=SimpleNamespace(runs=0),
-            _pool=ThreadPoolExecutor(max_workers=1),
-            on_run=lambda r: reported.append((r.job_id, r.attempt, r.outcome, loop.time())))
-        await derive_agent.run_jobs(rt, jobs)
-        assert rt.counters.runs == len(reported)
-        assert queue.qsize() == 1  # the executor went back
-        rt._pool.shutdown()
-
-    asyncio.run(main())
+    derive_agent.run_jobs(ex, jobs, lambda r: reported.append(
+        (r.job_id, r.attempt, r.outcome, time.monotonic())))
     return reported
 
 
@@ -130,105 +114,147 @@ def test_a_mailboxs_later_job_waits_for_the_earlier_ones_retries() -> None:
 
 
 class _Msg:
-    """Faust's Message reference counting: final when the count reaches 0."""
+    """A confluent-kafka message of the derive topic."""
 
-    def __init__(self, offset: int) -> None:
-        self.offset, self.partition, self.refcount, self.acked = offset, 0, 1, False
+    def __init__(self, partition: int, offset: int, value: bytes) -> None:
+        self._p, self._o, self._v = partition, offset, value
 
-    def incref(self) -> None:
-        self.refcount += 1
+    def error(self) -> None:
+        return None
 
-    def ack(self) -> bool:
-        self.refcount -= 1
-        if self.refcount == 0:
-            self.acked = True
-            return True
-        return False
+    def partition(self) -> int:
+        return self._p
 
+    def offset(self) -> int:
+        return self._o
 
-class _Stream:
-    """``take_events`` as Faust runs it: nothing is delivered while the loop body runs,
-    and each event is acked once the body returns."""
-
-    def __init__(self, batches: list[list[JobSpec]], log: list[tuple[str, Any]]) -> None:
-        self.events = [[SimpleNamespace(value=j.to_json(), message=_Msg(k * 100 + i))
-                        for i, j in enumerate(b)] for k, b in enumerate(batches)]
-        self.log = log
-
-    async def take_events(self, n: int, within: float) -> Any:
-        for batch in self.events:
-            self.log.append(("delivered", [e.message.offset for e in batch]))
-            yield batch
-            for e in batch:
-                await self.ack(e)
-
-    async def ack(self, event: Any) -> bool:
-        if event.message.ack():
-            self.log.append(("committable", event.message.offset))
-            return True
-        return False
+    def value(self) -> bytes:
+        return self._v
 
 
-class _SlowExecutor(FakeExecutor):
-    def __init__(self, log: list[tuple[str, Any]], seconds: float) -> None:
-        super().__init__({})
+class _Slow(FakeExecutor):
+    """Runs each batch for ``seconds``, logging its start and end."""
+
+    def __init__(self, log: list[tuple[str, Any]], seconds: float,
+                 script: dict[tuple[str, int], list[Any]] | None = None) -> None:
+        super().__init__(script or {})
         self.log, self.seconds = log, seconds
 
     def execute_batch(self, jobs: list[JobSpec]) -> list[Any]:
-        import time
-
-        self.log.append(("start", [j.entity for j in jobs]))
+        self.log.append(("start", tuple(j.entity for j in jobs)))
         time.sleep(self.seconds)
-        self.log.append(("end", [j.entity for j in jobs]))
+        self.log.append(("end", tuple(j.entity for j in jobs)))
         return super().execute_batch(jobs)
 
 
-def consume(batches: list[list[JobSpec]]) -> list[tuple[str, Any]]:
-    log: list[tuple[str, Any]] = []
+class _Rig:
+    """A DeriveConsumer's batching and offsets, fed messages by hand (no broker)."""
 
-    async def main() -> None:
-        queue: asyncio.Queue[Any] = asyncio.Queue()
+    def __init__(self, seconds: float = 0.2, script: dict[tuple[str, int], list[Any]] | None = None
+                 ) -> None:
+        self.log: list[tuple[str, Any]] = []
+        self.stop = threading.Event()
+        self.c = derive_agent.DeriveConsumer(
+            lambda: _Slow(self.log, seconds, script), bootstrap="-", topic="t", group="g",
+            dead_letter_topic="dlq", stop=self.stop, depth=2)
         for _ in range(2):
-            queue.put_nowait(_SlowExecutor(log, 0.05))
+            self.c._executors.put(_Slow(self.log, seconds, script))
+        self.c.assigned = {0, 1}
+        self.pool = ThreadPoolExecutor(max_workers=2)
+        self.offset = {0: 0, 1: 0}
 
-        async def executor() -> Any:
-            return await queue.get()
+    def submit(self, *jobs: tuple[int, JobSpec]) -> None:
+        msgs = []
+        for p, j in jobs:
+            msgs.append(_Msg(p, self.offset[p], j.to_json()))
+            self.offset[p] += 1
+        self.c._submit(self.pool, msgs)
 
-        rt = SimpleNamespace(executor=executor, _executors=queue,
-                             counters=SimpleNamespace(runs=0),
-                             _pool=ThreadPoolExecutor(max_workers=2), on_run=None)
+    def positions(self) -> dict[int, int]:
+        self.c._reap()
+        return {tp.partition: tp.offset for tp in self.c._positions()}
 
-        async def admit_all(app: Any, guard: Any, events: list[Any]) -> list[Any]:
-            return events
-
-        import wakeline.streams.guard as guard_mod
-        real = guard_mod.admit_batch
-        guard_mod.admit_batch = admit_all
-        try:
-            await derive_agent.consume(None, rt, _Stream(batches, log), None)
-        finally:
-            guard_mod.admit_batch = real
-            rt._pool.shutdown()
-
-    asyncio.run(main())
-    return log
+    def close(self) -> None:
+        self.stop.set()
+        self.pool.shutdown()
 
 
-def test_the_next_batch_is_delivered_while_one_runs_and_offsets_wait_for_their_jobs() -> None:
-    log = consume([[job("a"), job("b")], [job("c")]])
-    at = {entry: i for i, entry in enumerate((k, tuple(v) if isinstance(v, list) else v)
-                                              for k, v in log)}
-    # the second batch was delivered and started before the first ended
-    assert at[("delivered", (100,))] < at[("end", ("a", "b"))]
-    assert at[("start", ("c",))] < at[("end", ("a", "b"))]
-    # an offset becomes committable only after its job's batch ended
-    assert at[("committable", 0)] > at[("end", ("a", "b"))]
-    assert at[("committable", 1)] > at[("end", ("a", "b"))]
-    assert at[("committable", 100)] > at[("end", ("c",))]
+def test_the_next_batch_runs_while_one_is_in_flight_and_offsets_wait_for_their_jobs() -> None:
+    rig = _Rig(seconds=0.3)
+    try:
+        rig.submit((0, job("a")), (0, job("b")), (1, job("x")))
+        rig.submit((0, job("c")), (1, job("y")))
+        time.sleep(0.1)
+        # the second batch started before the first ended; nothing has ended
+        assert rig.log == [("start", ("a", "b", "x")), ("start", ("c", "y"))]
+        assert rig.positions() == {0: 0, 1: 0}
+        rig.c._drain()
+        assert rig.positions() == {0: 3, 1: 2}
+    finally:
+        rig.close()
+
+
+def test_a_partitions_offset_moves_to_the_first_job_of_a_batch_still_running() -> None:
+    rig = _Rig(seconds=0.05)
+    try:
+        rig.submit((0, job("a")), (0, job("b")))
+        time.sleep(0.2)  # ended
+        for ex in rig.c._executors.queue:
+            ex.seconds = 1.0  # the next batch takes its time
+        rig.submit((0, job("c")))
+        assert rig.positions() == {0: 2}  # not past c, which runs
+    finally:
+        rig.c._drain()
+        rig.close()
+
+
+def test_a_third_batch_waits_while_two_are_in_flight() -> None:
+    rig = _Rig(seconds=0.2)
+    try:
+        rig.submit((0, job("a")))
+        rig.submit((0, job("b")))
+        rig.submit((0, job("c")))  # returns once a slot was free
+        assert rig.log[:3] == [("start", ("a",)), ("start", ("b",)), ("end", ("a",))] or \
+            rig.log[:3] == [("start", ("a",)), ("start", ("b",)), ("end", ("b",))]
+        rig.c._drain()
+        assert [e for e in rig.log if e[0] == "start"][-1] == ("start", ("c",))
+    finally:
+        rig.close()
 
 
 def test_a_batch_sharing_a_mailbox_with_one_in_flight_waits_for_it() -> None:
-    log = consume([[job("a"), job("b")], [job("a", 2)]])
-    order = [(k, tuple(v)) for k, v in log if k in ("start", "end")]
-    assert order == [("start", ("a", "b")), ("end", ("a", "b")),
-                     ("start", ("a",)), ("end", ("a",))]
+    rig = _Rig(seconds=0.1)
+    try:
+        rig.submit((0, job("a")), (0, job("b")))
+        rig.submit((1, job("a", 2)))
+        rig.c._drain()
+        assert rig.log == [("start", ("a", "b")), ("end", ("a", "b")),
+                           ("start", ("a",)), ("end", ("a",))]
+    finally:
+        rig.close()
+
+
+def test_a_job_left_waiting_for_its_retry_at_a_stop_holds_its_offset() -> None:
+    a, b = job("a"), job("b")
+    rig = _Rig(seconds=0.01, script={(b.job_id, 1): ["failed"]})
+    try:
+        # b failed and may be retried in 50 ms; the worker stops before
+        rig.stop.set()
+        rig.submit((0, a), (0, b))
+        rig.c._drain()
+        assert rig.c.runs == 2  # a succeeded, b's first attempt failed
+        assert rig.positions() == {0: 0}, "committed past a job that did not end"
+    finally:
+        rig.close()
+
+
+def test_a_message_of_a_partition_no_longer_assigned_is_left_to_its_next_owner() -> None:
+    rig = _Rig(seconds=0.01)
+    try:
+        rig.c.assigned = {1}
+        rig.submit((0, job("a")), (1, job("b")))
+        rig.c._drain()
+        assert [e for e in rig.log if e[0] == "start"] == [("start", ("b",))]
+        assert rig.positions() == {1: 1}
+    finally:
+        rig.close()

@@ -57,6 +57,7 @@ class Kafka:
     def groups(self) -> tuple[list[str], str | None]:
         app_id = self.ctx.app_id or ""
         wanted = {app_id, f"{app_id}-readiness" if app_id else "",
+                  f"{app_id}-derive" if app_id else "",
                   *self.ctx.settings.consumer_groups} - {""}
         note = None
         try:

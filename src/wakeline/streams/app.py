@@ -9,7 +9,8 @@ Roles (a worker runs one or several):
   applies each event to the entity's state (wakeline.streams.statestore: in
   memory, changelogged to a compacted topic), sends dispatched jobs to ``derive``,
   records outcomes, keeps the time index and sends the ticks it finds due;
-- ``derive``: consumes ``derive`` and runs jobs with :class:`DeriveExecutor`
+- ``derive`` (wakeline.streams.derive_agent, a confluent-kafka consumer in a group
+  of its own): consumes ``derive`` and runs jobs in batches with :class:`DeriveExecutor`
   (co-commit in PostgreSQL; the cursor row's change comes back on ``changes``
   and re-evaluates the entity, in order with its records);
 - ``cron``: plans buckets (once per bucket across workers, durably in
@@ -39,7 +40,7 @@ from wakeline.core.engine import Dispatch, Engine
 from wakeline.core.outcomes import Outcome
 from wakeline.core.state import EntityState
 from wakeline.derive import DeriveExecutor, JobSpec, RunResult
-from wakeline.streams import derive_agent, ready, stimuli
+from wakeline.streams import ready, stimuli
 from wakeline.streams.cron import CronScheduler
 from wakeline.streams.guard import (
     OffsetGuard,
@@ -97,7 +98,6 @@ class Runtime:
     app_id: str | None = None
     on_run: Callable[[RunResult], None] | None = None
     on_outcome: Callable[[Outcome], None] | None = None
-    derive_concurrency: int = 2
     tick_interval: float = 0.2
     #: most messages the conditions agent handles as one batch
     batch_max: int = 1000
@@ -116,18 +116,17 @@ class Runtime:
         self.counters = Counters()
         self.partitions = self.topology.topics.changes.partitions
         self._outcomes: OutcomeWriter | None = None
-        self._executors: asyncio.Queue[DeriveExecutor] | None = None
         self._enricher: Any = None
         self._producer: Any = None
         self.readiness: Any = None  # the readiness role's consumer, when this worker runs it
+        self.derive: Any = None  # the derive role's consumer, when this worker runs it
         #: per ready partition, the highest source offset applied since the assignment
         self.applied: dict[int, int] = {}
         self.store = EntityStore(
             bootstrap=self.bootstrap,
             topic=self.topology.topics.state_changelog(self.group_id).name,
             group=f"{self.group_id}-restore", meta=self.wakeup_and_running)
-        self._pool = ThreadPoolExecutor(max_workers=max(1, self.derive_concurrency),
-                                        thread_name_prefix="derive")
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="conditions-db")
         self._io = ThreadPoolExecutor(max_workers=4, thread_name_prefix="conditions-io")
 
     # -- resources --------------------------------------------------------------------
@@ -144,13 +143,15 @@ class Runtime:
         if self.on_outcome is not None:
             self.on_outcome(o)
 
-    async def executor(self) -> DeriveExecutor:
-        if self._executors is None:
-            self._executors = asyncio.Queue()
-            for _ in range(max(1, self.derive_concurrency)):
-                self._executors.put_nowait(DeriveExecutor(self.catalog, self.dsn,
-                                                          clock=self.clock, plan=self.plan))
-        return await self._executors.get()
+    def make_executor(self) -> DeriveExecutor:
+        """A derive executor (its own PostgreSQL connection) for the derive role."""
+        return DeriveExecutor(self.catalog, self.dsn, clock=self.clock, plan=self.plan)
+
+    def ran(self, result: RunResult) -> None:
+        """A derive run ended (from a derive executor thread)."""
+        self.counters.runs += 1
+        if self.on_run is not None:
+            self.on_run(result)
 
     def enricher(self) -> Any:
         if self._enricher is None:
@@ -179,8 +180,9 @@ class Runtime:
 
     @property
     def group_id(self) -> str:
-        """The Faust app id, the consumer group of the conditions, derive and cron
-        roles; the readiness role's group is ``<group_id>-readiness``."""
+        """The Faust app id, the consumer group of the conditions and cron roles; the
+        readiness and derive roles' groups are ``<group_id>-readiness`` and
+        ``<group_id>-derive``."""
         return self.app_id or f"wakeline-{self.topology.name}"
 
     def partition_of(self, key: bytes) -> int:
@@ -191,9 +193,6 @@ class Runtime:
             self._producer.flush(10)
         if self._outcomes is not None:
             self._outcomes.close()
-        if self._executors is not None:
-            while not self._executors.empty():
-                self._executors.get_nowait().close()
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._io.shutdown(wait=False, cancel_futures=True)
 
@@ -234,8 +233,6 @@ def build_app(rt: Runtime) -> faust.App:
     source = app.topic(ready_name, topo.topics.stimuli.name, **raw)
     stimuli_topic = app.topic(topo.topics.stimuli.name, partitions=topo.topics.stimuli.partitions,
                               **raw)
-    derive_topic = app.topic(topo.topics.derive.name, partitions=topo.topics.derive.partitions,
-                             **raw)
     cron_topic = app.topic(cron_topic_name(topo), partitions=1, **raw)
     rt.dead_letter_topic = app.topic(topo.topics.dead_letter.name,
                                      partitions=topo.topics.dead_letter.partitions, **raw)
@@ -243,9 +240,8 @@ def build_app(rt: Runtime) -> faust.App:
     guards = rt.guards = {
         "conditions": OffsetGuard("conditions", frozenset({ready_name,
                                                            topo.topics.stimuli.name})),
-        "derive": OffsetGuard("derive", frozenset({topo.topics.derive.name})),
     }
-    active_guards = [guards[n] for n in ("conditions", "derive") if n in rt.roles]
+    active_guards = [guards["conditions"]] if "conditions" in rt.roles else []
 
     @app.timer(interval=1.0, name="offset-watchdog")
     async def offset_watchdog() -> None:
@@ -256,7 +252,7 @@ def build_app(rt: Runtime) -> faust.App:
         @app.timer(interval=rt.stats_interval, name="stats")
         async def stats() -> None:
             c = rt.counters
-            r = rt.readiness
+            r, d = rt.readiness, rt.derive
             print("wakeline-stats", json.dumps({
                 "events": c.events, "batches": c.batches, "dispatched": c.dispatched,
                 "runs": c.runs, "ticks": c.ticks, "dead_letters": c.dead_letters,
@@ -265,6 +261,9 @@ def build_app(rt: Runtime) -> faust.App:
                 "readiness": None if r is None else {
                     "consumed": r.consumed, "forwarded": r.forwarded, "batches": r.batches,
                     "enriched": r.enriched, "dead_letters": r.dead_letters},
+                "derive": None if d is None else {
+                    "consumed": d.consumed, "batches": d.batches, "runs": d.runs,
+                    "dead_letters": d.dead_letters},
                 "by_outcome": c.by_outcome}), flush=True)
 
     @app.on_partitions_revoked.connect
@@ -309,15 +308,6 @@ def build_app(rt: Runtime) -> faust.App:
             loads = [f for p in sorted(owned)
                      if (f := rt.store.loading(p, loop, rt._io)) is not None]
             asyncio.ensure_future(_after_reload(rt, stimuli_topic, loads, owned, t0))
-
-    if "derive" in rt.roles:
-
-        # One actor: the offset guard needs to see every message of its partitions
-        # (several actors would each see a share and every share has gaps).  Jobs
-        # run in batches (streams/derive_agent.py).
-        @app.agent(derive_topic, name="derive")
-        async def derive(stream: faust.StreamT) -> None:
-            await derive_agent.consume(app, rt, stream, guards["derive"], trace)
 
     if "cron" in rt.roles:
         scheduler = CronScheduler(rt, stimuli_topic, cron_topic)

@@ -3,8 +3,9 @@
 ``run_worker`` blocks until the worker is stopped (SIGINT/SIGTERM), then stops
 the relay and closes every resource.  Several processes with the same app id
 share the partitions of the agents' topics: the Faust agents (conditions over the
-ready and stimuli topics, derive) in the group named by the app id, the readiness
-consumer (change topic -> ready topic) in ``<app id>-readiness``.
+ready and stimuli topics, cron) in the group named by the app id, the readiness
+consumer (change topic -> ready topic) in ``<app id>-readiness`` and the derive
+consumer (derive topic -> PostgreSQL) in ``<app id>-derive``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any
 import faust
 
 from wakeline.cdc.relay import Relay
-from wakeline.streams.app import Runtime, build_app
+from wakeline.streams.app import Runtime, build_app, trace
+from wakeline.streams.derive_agent import DeriveConsumer
 from wakeline.streams.pauses import PauseSync
 from wakeline.streams.readiness import ReadinessConsumer
 
@@ -66,6 +68,19 @@ def start_readiness(rt: Runtime, stop: threading.Event) -> ReadinessConsumer:
     return consumer
 
 
+def start_derive(rt: Runtime, stop: threading.Event) -> DeriveConsumer:
+    """The derive role's consumer, in a group of its own (streams/derive_agent.py)."""
+    topics = rt.topology.topics
+    consumer = DeriveConsumer(rt.make_executor, bootstrap=rt.bootstrap,
+                              topic=topics.derive.name, group=f"{rt.group_id}-derive",
+                              dead_letter_topic=topics.dead_letter.name, stop=stop,
+                              on_run=rt.ran, on_outcome=lambda o: rt.outcomes.put([o]),
+                              announce=rt.announce, trace=trace)
+    rt.derive = consumer
+    consumer.start()
+    return consumer
+
+
 #: the cyclic GC's generation-0 threshold in workers (CPython's default: 700)
 GC_THRESHOLD0 = 50_000
 
@@ -99,6 +114,7 @@ def run_worker(rt: Runtime, *, relay: bool = False, loglevel: str = "warn",
     # Operator pauses from PostgreSQL (wakeline.streams.pauses), for the conditions role.
     pause_sync = PauseSync(rt, stop).start() if "conditions" in rt.roles else None
     readiness = start_readiness(rt, stop) if "readiness" in rt.roles else None
+    derive = start_derive(rt, stop) if "derive" in rt.roles else None
     if on_started is not None:
         @app.task
         async def _started() -> None:
@@ -116,6 +132,8 @@ def run_worker(rt: Runtime, *, relay: bool = False, loglevel: str = "warn",
             pause_sync.join(10)
         if readiness is not None:
             readiness.join(10)
+        if derive is not None:
+            derive.join(30)
         if relay_parts is not None:
             relay_parts[1].join(10)
             relay_parts[0].close()
