@@ -82,3 +82,19 @@ def test_live_states_are_bounded() -> None:
     store.flush(lambda *m: None)
     assert len(store._live) == 2 and len(store.parts[0]) == 5
     assert store.get(0, "w\x1f0", "w", "0") == EntityState("w", "0")  # decoded from bytes
+
+
+def test_the_least_recently_used_live_state_goes_first() -> None:
+    store = EntityStore(bootstrap="-", topic="t", group="g", meta=lambda st: (None, False),
+                        live_max=2)
+    store.parts[0] = {}
+    states = {i: EntityState("w", str(i)) for i in range(3)}
+    for i in (0, 1):
+        store.put(0, f"w\x1f{i}", states[i], None, False)
+    store.flush(lambda *m: None)
+    assert store.get(0, "w\x1f0", "w", "0") is states[0]  # 0 is now the most recent
+    store.put(0, "w\x1f2", states[2], None, False)
+    store.flush(lambda *m: None)
+    assert list(store._live) == ["w\x1f0", "w\x1f2"]  # 1 was evicted, not 0
+    assert store.get(0, "w\x1f0", "w", "0") is states[0]
+    assert store.get(0, "w\x1f1", "w", "1") is not states[1]  # decoded again from bytes
