@@ -1,5 +1,5 @@
-"""Two conditions workers with a rebalance mid-stream lose and duplicate nothing
-(Apache Kafka 4.x, the relay; checked against the runs table)."""
+"""Two workers (readiness, conditions and derive) with a rebalance mid-stream lose and
+duplicate nothing (Apache Kafka 4.x, the relay; checked against the runs table)."""
 
 from __future__ import annotations
 
@@ -106,7 +106,8 @@ def test_rebalance_mid_stream_loses_and_duplicates_nothing(pg_server, kafka_brok
                 expected[e] = expected.get(e, 0) + 1
         burst(ENTITIES * 2)
         st.wait_runs(ENTITIES // 2, derivation="w", timeout=60)
-        b = st.worker("readiness", "conditions")  # joins: partitions move mid-stream
+        # joins: partitions of every role move mid-stream
+        b = st.worker("readiness", "conditions", "derive")
         burst(ENTITIES * 2)
         b.wait_for("conditions ready", timeout=90)
         burst(ENTITIES * 2)
@@ -123,6 +124,7 @@ def test_rebalance_mid_stream_loses_and_duplicates_nothing(pg_server, kafka_brok
         time.sleep(2)
         check_exactly_once(st, expected)
         assert any("conditions ready" in line for line in b.lines)
+        assert any(re.search(r"derive ready, partitions \[\d", line) for line in b.lines)
         # ready partition p and stimuli partition p were always on one worker
         assert not [line for w in st.workers for line in w.lines
                     if "not co-partitioned" in line]

@@ -258,3 +258,32 @@ def test_a_message_of_a_partition_no_longer_assigned_is_left_to_its_next_owner()
         assert rig.positions() == {1: 1}
     finally:
         rig.close()
+
+
+class _Commits:
+    """The consumer's commit calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[tuple[int, int]], bool]] = []
+
+    def commit(self, offsets: list[Any], asynchronous: bool) -> None:
+        self.calls.append(([(tp.partition, tp.offset) for tp in offsets], asynchronous))
+
+
+def test_revoked_partitions_wait_for_their_jobs_and_commit_before_they_go() -> None:
+    from confluent_kafka import TopicPartition
+
+    rig = _Rig(seconds=0.3)
+    commits = _Commits()
+    rig.c._consumer = commits
+    try:
+        rig.submit((0, job("a")), (0, job("b")), (1, job("x")))
+        rig.c._on_revoke(None, [TopicPartition("t", 0)])
+        # every batch in flight ended first, then partition 0's offset went synchronously
+        assert rig.log[-1][0] == "end"
+        assert commits.calls == [([(0, 2)], False)]
+        assert rig.c.assigned == {1} and 0 not in rig.c._next
+        rig.c._commit()
+        assert commits.calls[-1] == ([(1, 1)], True)
+    finally:
+        rig.close()
