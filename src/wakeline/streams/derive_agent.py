@@ -277,17 +277,17 @@ class DeriveConsumer(threading.Thread):
     # -- the loop -----------------------------------------------------------------------
 
     def run(self) -> None:
-        for _ in range(self.depth):
-            ex = self.make_executor()
-            self._made.append(ex)
-            self._executors.put(ex)
         backoff = 0.5
         try:
             while not self.stop_event.is_set():
                 try:
+                    while len(self._made) < self.depth:  # PostgreSQL may not be up yet
+                        ex = self.make_executor()
+                        self._made.append(ex)
+                        self._executors.put(ex)
                     self._session()
                     return
-                except Exception:  # noqa: BLE001 - a broker outage or a bug: start again
+                except Exception:  # noqa: BLE001 - an outage or a bug: start again
                     self.failures += 1
                     log.exception("derive: restarting from the committed offsets in %.1f s",
                                   backoff)
