@@ -173,3 +173,14 @@ def test_against_a_model_over_random_operations(monkeypatch, slack):
                 live = sum(1 for e in heap if idx._entry.get(e[1]) is e
                            and e[1] not in idx._inflight)
                 assert idx._stale[p] == len(heap) - live, "superseded entries are counted"
+
+
+def test_a_bound_holds_back_a_partitions_keys_due_after_it():
+    t = TimerIndex()
+    t.set(0, b"a", 10.0)
+    t.set(0, b"b", 20.0)
+    t.set(1, b"c", 20.0)
+    # partition 0 has read its input up to 15: b waits; partition 1 is unbounded
+    assert sorted(t.pop_due(30.0, bounds={0: 15.0})) == [b"a", b"c"]
+    assert t.pop_due(30.0, bounds={0: 19.9}) == []
+    assert t.pop_due(30.0, bounds={0: 20.0}) == [b"b"]  # still registered, due now

@@ -75,9 +75,12 @@ class TimerIndex:
         for key in [k for k in self._inflight if self._entry[k][2] in partitions]:
             self._forget(key)
 
-    def pop_due(self, now: float, limit: int = 10_000) -> list[bytes]:
+    def pop_due(self, now: float, limit: int = 10_000,
+                bounds: dict[int, float] | None = None) -> list[bytes]:
         """The keys due at ``now``, at most ``limit``; each is in flight until ``set``
-        re-registers it (or sent again after ``resend_after``).
+        re-registers it (or sent again after ``resend_after``).  ``bounds`` holds back
+        a partition's keys due after its bound (see ``wakeline.streams.app.tick_bounds``):
+        they stay registered and come due at a later call.
 
         Partitions are drained in the order of their earliest due key, each earliest
         first: all due keys when they fit the limit; past it, the partition holding
@@ -95,16 +98,18 @@ class TimerIndex:
                 heappop(heap)  # superseded entries at the top go first
                 stale += 1
             self._stale[p] -= stale
-            if heap and heap[0][0] <= now:
+            cut = now if bounds is None else min(now, bounds.get(p, now))
+            if heap and heap[0][0] <= cut:
                 heads.append((heap[0][0], p))
         heads.sort()
         n = len(out)
         for _, p in heads:
             heap = self._heaps[p]
+            cut = now if bounds is None else min(now, bounds.get(p, now))
             stale = 0
             while heap and n < limit:
                 entry = heap[0]
-                if entry[0] > now:
+                if entry[0] > cut:
                     break
                 heappop(heap)
                 key = entry[1]
