@@ -291,8 +291,8 @@ def build_app(rt: Runtime) -> faust.App:
 
         @app.timer(interval=rt.tick_interval, name="ticks")
         async def ticks() -> None:
-            now = rt.clock.now().timestamp()
             lag = input_lag(app, rt, guards["conditions"], ready_name)
+            now = rt.clock.now().timestamp()  # after the lag: now - lag >= what was read
             for key in rt.timers.pop_due(now, bounds={p: now - s for p, s in lag.items()}):
                 rt.counters.ticks += 1
                 await stimuli_topic.send(key=key, value=stimuli.encode("tick"))
@@ -555,8 +555,10 @@ async def _handle_batch(app: Any, rt: Runtime, events: list[Any]) -> None:
         pending = rt.store.loading(p, loop, rt._io)
         if pending is not None:
             await pending
-    clock_now = rt.clock.now().timestamp()
     lag = input_lag(app, rt, rt.guards["conditions"], ready_name)
+    # Read after the lag, so that now - lag is never before the latest arrival read:
+    # a record just read is never "in the future".
+    clock_now = rt.clock.now().timestamp()
     outcomes: list[Outcome] = []
     jobs: list[tuple[bytes, bytes]] = []
     for ident, items in groups.items():
