@@ -36,7 +36,7 @@ def lag(highwater: dict[int, int], expected: dict[int, int], seen: dict[int, flo
     rt = SimpleNamespace(seen_until={p: real - s for p, s in seen.items()},
                          read_at={p: real - s for p, s in read_ago.items()})
     guard = SimpleNamespace(expected={tps[p]: o for p, o in expected.items()})
-    out = input_lag(SimpleNamespace(consumer=consumer), rt, guard, "r")  # type: ignore[arg-type]
+    out = input_lag(SimpleNamespace(consumer=consumer), rt, guard, "r", real)  # type: ignore[arg-type]
     return {p: round(v) for p, v in out.items()}
 
 

@@ -291,8 +291,8 @@ def build_app(rt: Runtime) -> faust.App:
 
         @app.timer(interval=rt.tick_interval, name="ticks")
         async def ticks() -> None:
-            lag = input_lag(app, rt, guards["conditions"], ready_name)
-            now = rt.clock.now().timestamp()  # after the lag: now - lag >= what was read
+            now = rt.clock.now().timestamp()
+            lag = input_lag(app, rt, guards["conditions"], ready_name, now)
             for key in rt.timers.pop_due(now, bounds={p: now - s for p, s in lag.items()}):
                 rt.counters.ticks += 1
                 await stimuli_topic.send(key=key, value=stimuli.encode("tick"))
@@ -459,7 +459,8 @@ LAG_MAX = 60.0
 IDLE_S = 0.5
 
 
-def input_lag(app: Any, rt: Runtime, guard: Any, ready_name: str) -> dict[int, float]:
+def input_lag(app: Any, rt: Runtime, guard: Any, ready_name: str, now: float
+              ) -> dict[int, float]:
     """Per ready partition still being read, how far (seconds) the conditions agent's
     view is behind: now minus the latest arrival (``enriched_at``) of a record it
     applied there, at most ``LAG_MAX``.  Still being read: its highwater is past the
@@ -475,6 +476,7 @@ def input_lag(app: Any, rt: Runtime, guard: Any, ready_name: str) -> dict[int, f
     So, like a stream processor's event-time watermark, an entity of a partition
     with unread input is evaluated at ``now - lag`` (dispatch, deadlines, ticks);
     a partition read to its end is evaluated at ``now``.  The lag is measured on
+    the injected clock (record arrivals are stamped with it); idleness on
     the real clock, so an injected clock is shifted by it, not replaced."""
     consumer = app.consumer
     out: dict[int, float] = {}
@@ -490,7 +492,7 @@ def input_lag(app: Any, rt: Runtime, guard: Any, ready_name: str) -> dict[int, f
             high = consumer.highwater(tp)
             if want is None or high is None or high <= want:
                 continue
-        out[tp.partition] = min(LAG_MAX, max(0.0, real - seen))
+        out[tp.partition] = min(LAG_MAX, max(0.0, now - seen))
     return out
 
 
@@ -555,10 +557,10 @@ async def _handle_batch(app: Any, rt: Runtime, events: list[Any]) -> None:
         pending = rt.store.loading(p, loop, rt._io)
         if pending is not None:
             await pending
-    lag = input_lag(app, rt, rt.guards["conditions"], ready_name)
-    # Read after the lag, so that now - lag is never before the latest arrival read:
-    # a record just read is never "in the future".
     clock_now = rt.clock.now().timestamp()
+    # lag on the injected clock (the one arrivals are stamped with): now - lag is the
+    # latest arrival read, never before it
+    lag = input_lag(app, rt, rt.guards["conditions"], ready_name, clock_now)
     outcomes: list[Outcome] = []
     jobs: list[tuple[bytes, bytes]] = []
     for ident, items in groups.items():
