@@ -126,6 +126,9 @@ class Runtime:
         self.seen_until: dict[int, float] = {}
         #: per ready partition, when (real time) a batch of it was last applied
         self.read_at: dict[int, float] = {}
+        #: per ready partition, how long (real s) its last batch's newest message had
+        #: waited in the topic when it was read
+        self.behind: dict[int, float] = {}
         self.store = EntityStore(
             bootstrap=self.bootstrap,
             topic=self.topology.topics.state_changelog(self.group_id).name,
@@ -292,8 +295,8 @@ def build_app(rt: Runtime) -> faust.App:
         @app.timer(interval=rt.tick_interval, name="ticks")
         async def ticks() -> None:
             now = rt.clock.now().timestamp()
-            lag = input_lag(app, rt, guards["conditions"], ready_name, now)
-            for key in rt.timers.pop_due(now, bounds={p: now - s for p, s in lag.items()}):
+            bounds = event_times(app, rt, guards["conditions"], ready_name, now)
+            for key in rt.timers.pop_due(now, bounds=bounds):
                 rt.counters.ticks += 1
                 await stimuli_topic.send(key=key, value=stimuli.encode("tick"))
 
@@ -310,6 +313,7 @@ def build_app(rt: Runtime) -> faust.App:
             for p in gone:
                 rt.seen_until.pop(p, None)
                 rt.read_at.pop(p, None)
+                rt.behind.pop(p, None)
             rt.timers.drop_partitions(gone)
             trace("assigned", sorted(owned), "dropped", sorted(gone))
             loop = asyncio.get_running_loop()
@@ -457,42 +461,53 @@ LAG_MAX = 60.0
 #: a partition whose last batch was applied longer ago than this (real seconds) and
 #: whose highwater shows nothing unread is idle: evaluated at ``now``
 IDLE_S = 0.5
+#: a partition whose batches waited less than this (real seconds) in the topic is
+#: keeping up: evaluated at ``now`` (a lag of a few milliseconds is transport, and
+#: would only stamp runs and queued jobs a hair before the clock)
+LAG_MIN = 0.1
 
 
-def input_lag(app: Any, rt: Runtime, guard: Any, ready_name: str, now: float
-              ) -> dict[int, float]:
-    """Per ready partition still being read, how far (seconds) the conditions agent's
-    view is behind: now minus the latest arrival (``enriched_at``) of a record it
-    applied there, at most ``LAG_MAX``.  Still being read: its highwater is past the
-    next offset the agent expects, or it had a batch less than ``IDLE_S`` ago (Tansu
-    reports a partition's end as its last record batch's base offset + 1, short of
-    the real end, so the highwater alone misses a backlog there).
+def event_times(app: Any, rt: Runtime, guard: Any, ready_name: str, now: float
+                ) -> dict[int, float]:
+    """Per ready partition still being read, the time its entities are evaluated at
+    (dispatch, deadlines, ticks) instead of ``now``.
 
     A debounce deadline is the last relevant record's arrival + ``debounce_s``: "no
     record for N seconds".  A worker behind its input (a burst, a takeover) has not
     seen what arrived since; judged on the clock alone, that deadline has passed for
     every entity, and a job runs while the entity's next records sit unread
     (bench/burst.py: 1,128-1,256 runs for 1,000 entities, where ~1,000 is right).
-    So, like a stream processor's event-time watermark, an entity of a partition
-    with unread input is evaluated at ``now - lag`` (dispatch, deadlines, ticks);
-    a partition read to its end is evaluated at ``now``.  The lag is measured on
-    the injected clock (record arrivals are stamped with it); idleness on
-    the real clock, so an injected clock is shifted by it, not replaced."""
+    So, like a stream processor's event-time watermark, a partition with unread
+    input is evaluated at ``now - lag``, where the lag is how long (real seconds,
+    ``LAG_MIN`` to ``LAG_MAX``) its last batch's newest message had waited in the
+    topic when it was read, and never before the latest arrival (``enriched_at``) read
+    there nor after ``now``.  A partition read to its end is evaluated at ``now``
+    (absent from the result).
+
+    Still being read: its highwater is past the next offset the agent expects, or
+    it had a batch less than ``IDLE_S`` ago (Tansu reports a partition's end as its
+    last record batch's base offset + 1, short of the real end, so the highwater
+    alone misses a backlog there).  The lag is measured on the real clock (broker
+    timestamps), so an injected clock that jumps (tests) shifts nothing: a record
+    read milliseconds after it was written is milliseconds behind."""
     consumer = app.consumer
     out: dict[int, float] = {}
     real = time.time()
     for tp in consumer.assignment():
         if tp.topic != ready_name:
             continue
-        seen = rt.seen_until.get(tp.partition)
-        if seen is None:
+        p = tp.partition
+        behind = rt.behind.get(p)
+        if behind is None or behind < LAG_MIN:
             continue
-        if real - rt.read_at.get(tp.partition, 0.0) >= IDLE_S:
+        if real - rt.read_at.get(p, 0.0) >= IDLE_S:
             want = guard.expected.get(tp)
             high = consumer.highwater(tp)
             if want is None or high is None or high <= want:
                 continue
-        out[tp.partition] = min(LAG_MAX, max(0.0, now - seen))
+        t = max(now - min(LAG_MAX, behind), rt.seen_until.get(p, 0.0))
+        if t < now:
+            out[p] = t
     return out
 
 
@@ -509,6 +524,7 @@ async def _handle_batch(app: Any, rt: Runtime, events: list[Any]) -> None:
     # the offset is the change message's for a ready item
     groups: dict[tuple[str, str], list[tuple[int, bytes, int, list[Any], bool, Any]]] = {}
     stamps: dict[int, float] = {}  # per ready partition, its latest record arrival
+    sent: dict[int, float] = {}  # per ready partition, its newest message's broker time
     for event in events:
         msg = event.message
         p = msg.partition
@@ -523,6 +539,8 @@ async def _handle_batch(app: Any, rt: Runtime, events: list[Any]) -> None:
             except ready.BadBatch as exc:
                 await _dead_letter(rt, event, exc.code, str(exc))
                 continue
+            if msg.timestamp and msg.timestamp > sent.get(p, 0.0):
+                sent[p] = msg.timestamp
             seen = rt.applied.get(p, -1)
             latest = stamps.get(p, 0.0)
             for it in items:
@@ -549,7 +567,7 @@ async def _handle_batch(app: Any, rt: Runtime, events: list[Any]) -> None:
             assert ident is not None
             groups.setdefault(ident, []).append(
                 (p, event.key, msg.offset, core_events, resync, event))
-    _seen(rt, stamps)
+    _seen(rt, stamps, sent)
     if not groups:
         return
     loop = asyncio.get_running_loop()
@@ -558,15 +576,13 @@ async def _handle_batch(app: Any, rt: Runtime, events: list[Any]) -> None:
         if pending is not None:
             await pending
     clock_now = rt.clock.now().timestamp()
-    # lag on the injected clock (the one arrivals are stamped with): now - lag is the
-    # latest arrival read, never before it
-    lag = input_lag(app, rt, rt.guards["conditions"], ready_name, clock_now)
+    times = event_times(app, rt, rt.guards["conditions"], ready_name, clock_now)
     outcomes: list[Outcome] = []
     jobs: list[tuple[bytes, bytes]] = []
     for ident, items in groups.items():
         skey = state_key(*ident)
         p = items[0][0]
-        now = clock_now - lag.get(p, 0.0)  # event time while the partition is behind
+        now = times.get(p, clock_now)  # event time while the partition is behind
         st = rt.store.get(p, skey, *ident)
         dispatched: list[Dispatch] = []
         for _, _key, offset, core_events, resync, stim in items:
@@ -613,12 +629,15 @@ async def _handle_batch(app: Any, rt: Runtime, events: list[Any]) -> None:
         rt.outcomes.put(outcomes)
 
 
-def _seen(rt: Runtime, stamps: dict[int, float]) -> None:
+def _seen(rt: Runtime, stamps: dict[int, float], sent: dict[int, float]) -> None:
     real = time.time()
     for p, t in stamps.items():
         rt.read_at[p] = real
         if t > rt.seen_until.get(p, 0.0):
             rt.seen_until[p] = t
+    for p, t in sent.items():
+        rt.read_at[p] = real
+        rt.behind[p] = max(0.0, real - t)
 
 
 async def _deliver(rt: Runtime, loop: asyncio.AbstractEventLoop,
