@@ -14,6 +14,7 @@ import pytest
 
 from tests.fixtures.streaming import make_stack
 from tests.unit.core.helpers import catalog_dir, derivation
+from wakeline.topology import load_topology
 
 pytestmark = pytest.mark.integration
 
@@ -37,6 +38,7 @@ def test_readiness_only_and_conditions_only_workers_cover_every_partition(
         cond.wait_for("conditions ready", timeout=90)
         ready.wait_for("readiness ready", timeout=90)
         entities = [f"user:{i:03d}" for i in range(ENTITIES)]
+        t_write = time.time()
         seqs = [st.write(e, type="chat", content={"i": i}, ready=False)
                 for i, e in enumerate(entities)]
         deadline = time.monotonic() + 60
@@ -52,6 +54,36 @@ def test_readiness_only_and_conditions_only_workers_cover_every_partition(
         assert not never_run, f"enriched but never evaluated: {never_run}"
         assert st.query("SELECT DISTINCT (scores->>'importance')::float FROM records "
                         "WHERE seq = ANY(%s)", seqs) == [(7.0,)]
+        # every ready batch carries its newest change's broker time (the conditions
+        # agent's measure of how far behind the change topic it is)
+        sent = _ready_batch_times(kafka_broker.bootstrap,
+                                  load_topology(st.topology).topics.ready.name)
+        assert sent and all(t is not None and t_write - 5 <= t <= time.time() for t in sent), \
+            (t_write, sent)
     finally:
         st.stop()
         st.store.close()
+
+
+def _ready_batch_times(bootstrap: str, topic: str) -> list[float | None]:
+    from confluent_kafka import Consumer
+
+    from wakeline.streams import ready
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{time.time_ns()}",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe([topic])
+    out: list[float | None] = []
+    idle = time.monotonic() + 10
+    try:
+        while time.monotonic() < idle:
+            m = c.poll(0.5)
+            if m is None:
+                if out:
+                    break
+                continue
+            if m.error() is None:
+                out.append(ready.decode(m.value())[2])
+    finally:
+        c.close()
+    return out

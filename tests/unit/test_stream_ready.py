@@ -32,15 +32,17 @@ def test_a_batch_round_trips_exactly() -> None:
                    [CursorAdvanced("profile", 2, 1_780_000_001.5, "succeeded", "w/profile/a/1",
                                    pos + 2)]),
     ]
-    p, back = ready.decode(ready.encode(3, items))
-    assert p == 3
+    p, back, sent = ready.decode(ready.encode(3, items))
+    assert p == 3 and sent is None
     assert back == items
+    assert ready.decode(ready.encode(3, items, 1_780_000_000_123))[2] == 1_780_000_000.123
     assert isinstance(back[0].events[0].after.parents, tuple)
 
 
 def test_something_else_on_the_ready_topic_is_a_typed_error() -> None:
     for bad in (b"not json", b"[]", b'{"v": 99, "p": 0, "items": []}',
-                b'{"v": 1, "p": 0, "items": [["k", "w", "e", 1, ["x"]]]}'):
+                b'{"v": 1, "p": 0, "items": [["k", "w", "e", 1, ["x"]]]}',
+                b'{"v": 1, "p": 0, "t": "noon", "items": []}'):
         with pytest.raises(ready.BadBatch) as err:
             ready.decode(bad)
         assert err.value.code == "stream.bad_ready_batch"

@@ -126,8 +126,8 @@ class Runtime:
         self.seen_until: dict[int, float] = {}
         #: per ready partition, when (real time) a batch of it was last applied
         self.read_at: dict[int, float] = {}
-        #: per ready partition, how long (real s) its last batch's newest message had
-        #: waited in the topic when it was read
+        #: per ready partition, how long (real s) its last batch's newest change had
+        #: been on the change topic when the batch was read
         self.behind: dict[int, float] = {}
         self.store = EntityStore(
             bootstrap=self.bootstrap,
@@ -479,8 +479,9 @@ def event_times(app: Any, rt: Runtime, guard: Any, ready_name: str, now: float
     (bench/burst.py: 1,128-1,256 runs for 1,000 entities, where ~1,000 is right).
     So, like a stream processor's event-time watermark, a partition with unread
     input is evaluated at ``now - lag``, where the lag is how long (real seconds,
-    ``LAG_MIN`` to ``LAG_MAX``) its last batch's newest message had waited in the
-    topic when it was read, and never before the latest arrival (``enriched_at``) read
+    ``LAG_MIN`` to ``LAG_MAX``) its last batch's newest change had been on the
+    change topic when the batch was read (the readiness stage's backlog and this
+    agent's together), and never before the latest arrival (``enriched_at``) read
     there nor after ``now``.  A partition read to its end is evaluated at ``now``
     (absent from the result).
 
@@ -488,7 +489,7 @@ def event_times(app: Any, rt: Runtime, guard: Any, ready_name: str, now: float
     it had a batch less than ``IDLE_S`` ago (Tansu reports a partition's end as its
     last record batch's base offset + 1, short of the real end, so the highwater
     alone misses a backlog there).  The lag is measured on the real clock (broker
-    timestamps), so an injected clock that jumps (tests) shifts nothing: a record
+    timestamps: the change message's, carried in the ready batch), so an injected clock that jumps (tests) shifts nothing: a record
     read milliseconds after it was written is milliseconds behind."""
     consumer = app.consumer
     out: dict[int, float] = {}
@@ -524,7 +525,7 @@ async def _handle_batch(app: Any, rt: Runtime, events: list[Any]) -> None:
     # the offset is the change message's for a ready item
     groups: dict[tuple[str, str], list[tuple[int, bytes, int, list[Any], bool, Any]]] = {}
     stamps: dict[int, float] = {}  # per ready partition, its latest record arrival
-    sent: dict[int, float] = {}  # per ready partition, its newest message's broker time
+    sent: dict[int, float] = {}  # per ready partition, its newest change's broker time
     for event in events:
         msg = event.message
         p = msg.partition
@@ -533,14 +534,15 @@ async def _handle_batch(app: Any, rt: Runtime, events: list[Any]) -> None:
             continue
         if msg.topic == ready_name:
             try:
-                bp, items = ready.decode(event.value)
+                bp, items, t = ready.decode(event.value)
                 if bp != p:
                     raise ready.BadBatch(f"a batch of partition {bp} on partition {p}")
             except ready.BadBatch as exc:
                 await _dead_letter(rt, event, exc.code, str(exc))
                 continue
-            if msg.timestamp and msg.timestamp > sent.get(p, 0.0):
-                sent[p] = msg.timestamp
+            t = t or msg.timestamp  # its newest change's broker time, else its own
+            if t and t > sent.get(p, 0.0):
+                sent[p] = t
             seen = rt.applied.get(p, -1)
             latest = stamps.get(p, 0.0)
             for it in items:

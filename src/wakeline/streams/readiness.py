@@ -175,7 +175,7 @@ class ReadinessConsumer(threading.Thread):
                 backoff = min(backoff * 2, 30.0)
 
     def _session(self) -> None:
-        from confluent_kafka import Consumer, Producer, TopicPartition
+        from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, Producer, TopicPartition
 
         from wakeline.cdc._kafka import producer_config
         from wakeline.cdc.dlq import DeadLetterWriter
@@ -204,12 +204,16 @@ class ReadinessConsumer(threading.Thread):
                 msgs = [first, *consumer.consume(self.batch - 1, 0)]
                 parts: dict[int, tuple[list[ready.Item], list[int]]] = {}
                 last: dict[int, int] = {}
+                sent: dict[int, int] = {}  # per partition, its newest broker timestamp (ms)
                 for m in msgs:
                     if m.error() is not None:
                         log.warning("readiness: %s", m.error())
                         continue
                     p = m.partition()
                     last[p] = m.offset()
+                    kind, ts = m.timestamp()
+                    if kind != TIMESTAMP_NOT_AVAILABLE and ts > sent.get(p, -1):
+                        sent[p] = ts
                     item = self.handle(m, dlq)
                     if item is not None:
                         items, sizes = parts.setdefault(p, ([], []))
@@ -218,8 +222,8 @@ class ReadinessConsumer(threading.Thread):
                 self.consumed += len(msgs)
                 for p, (items, sizes) in parts.items():
                     for chunk in ready.chunks(items, sizes):
-                        producer.produce(self.ready_topic, ready.encode(p, chunk), partition=p,
-                                         on_delivery=delivered)
+                        producer.produce(self.ready_topic, ready.encode(p, chunk, sent.get(p)),
+                                         partition=p, on_delivery=delivered)
                         self.batches += 1
                     self.forwarded += len(items)
                 dlq.flush()  # waits for the batches too: one producer

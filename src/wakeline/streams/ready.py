@@ -16,8 +16,12 @@ replays by position (``lsn``) anyway.
 
 Wire form (JSON via orjson)::
 
-    {"v": 1, "p": partition, "first": offset, "last": offset,
+    {"v": 1, "p": partition, "first": offset, "last": offset, "t": ms,
      "items": [[key, workspace, entity, offset, event, ...], ...]}
+
+``t`` (optional): the broker timestamp (ms) of the newest change message in the
+batch, so the conditions agent measures how far behind the change topic it is
+(readiness and its own backlog together; ``streams.app.event_times``).
 
 with events ``["r", op, after, before, lsn_hi, lsn_lo]`` (:class:`RecordChanged`,
 records as positional lists) and ``["a", derivation, watermark, finished_at,
@@ -89,11 +93,15 @@ def _unevent(v: list[Any]) -> Event:
     raise BadBatch(f"unknown event tag {v[0]!r}")
 
 
-def encode(partition: int, items: Sequence[Item]) -> bytes:
-    """One batch message; ``items`` in offset order."""
-    doc = {"v": VERSION, "p": partition, "first": items[0].offset, "last": items[-1].offset,
-           "items": [[i.key.decode(), i.workspace, i.entity, i.offset,
-                      *(_event(e) for e in i.events)] for i in items]}
+def encode(partition: int, items: Sequence[Item], sent_ms: int | None = None) -> bytes:
+    """One batch message; ``items`` in offset order; ``sent_ms``: the broker timestamp
+    of its newest change message, if known."""
+    doc: dict[str, Any] = {"v": VERSION, "p": partition, "first": items[0].offset,
+                           "last": items[-1].offset}
+    if sent_ms is not None:
+        doc["t"] = sent_ms
+    doc["items"] = [[i.key.decode(), i.workspace, i.entity, i.offset,
+                     *(_event(e) for e in i.events)] for i in items]
     try:
         return orjson.dumps(doc)
     except (TypeError, orjson.JSONEncodeError):
@@ -102,16 +110,20 @@ def encode(partition: int, items: Sequence[Item]) -> bytes:
         return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def decode(value: bytes) -> tuple[int, list[Item]]:
-    """``(partition, items)`` of a batch message; :class:`BadBatch` if it is none."""
+def decode(value: bytes) -> tuple[int, list[Item], float | None]:
+    """``(partition, items, sent)`` of a batch message, ``sent`` the broker time (s) of
+    its newest change message or None; :class:`BadBatch` if it is none."""
     from wakeline.cdc._json import loads
 
     try:
         doc = loads(value)
         if doc.get("v") != VERSION:
             raise BadBatch(f"ready batch version {doc.get('v')!r}, expected {VERSION}")
-        return doc["p"], [Item(i[0].encode(), i[1], i[2], i[3], [_unevent(e) for e in i[4:]])
-                          for i in doc["items"]]
+        t = doc.get("t")
+        if t is not None and not isinstance(t, int):
+            raise BadBatch(f"ready batch timestamp {t!r} is not an integer (ms)")
+        return (doc["p"], [Item(i[0].encode(), i[1], i[2], i[3], [_unevent(e) for e in i[4:]])
+                           for i in doc["items"]], None if t is None else t / 1000.0)
     except BadBatch:
         raise
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
