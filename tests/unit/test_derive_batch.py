@@ -178,10 +178,15 @@ class _Rig:
         self.stop.set()
         self.pool.shutdown()
 
+    def __enter__(self) -> _Rig:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 def test_the_next_batch_runs_while_one_is_in_flight_and_offsets_wait_for_their_jobs() -> None:
-    rig = _Rig(seconds=0.3)
-    try:
+    with _Rig(seconds=0.3) as rig:
         rig.submit((0, job("a")), (0, job("b")), (1, job("x")))
         rig.submit((0, job("c")), (1, job("y")))
         time.sleep(0.1)
@@ -190,27 +195,21 @@ def test_the_next_batch_runs_while_one_is_in_flight_and_offsets_wait_for_their_j
         assert rig.positions() == {0: 0, 1: 0}
         rig.c._drain()
         assert rig.positions() == {0: 3, 1: 2}
-    finally:
-        rig.close()
 
 
 def test_a_partitions_offset_moves_to_the_first_job_of_a_batch_still_running() -> None:
-    rig = _Rig(seconds=0.05)
-    try:
+    with _Rig(seconds=0.05) as rig:
         rig.submit((0, job("a")), (0, job("b")))
         time.sleep(0.2)  # ended
         for ex in rig.c._executors.queue:
             ex.seconds = 1.0  # the next batch takes its time
         rig.submit((0, job("c")))
         assert rig.positions() == {0: 2}  # not past c, which runs
-    finally:
         rig.c._drain()
-        rig.close()
 
 
 def test_a_third_batch_waits_while_two_are_in_flight() -> None:
-    rig = _Rig(seconds=0.2)
-    try:
+    with _Rig(seconds=0.2) as rig:
         rig.submit((0, job("a")))
         rig.submit((0, job("b")))
         rig.submit((0, job("c")))  # returns once a slot was free
@@ -218,46 +217,35 @@ def test_a_third_batch_waits_while_two_are_in_flight() -> None:
             rig.log[:3] == [("start", ("a",)), ("start", ("b",)), ("end", ("b",))]
         rig.c._drain()
         assert [e for e in rig.log if e[0] == "start"][-1] == ("start", ("c",))
-    finally:
-        rig.close()
 
 
 def test_a_batch_sharing_a_mailbox_with_one_in_flight_waits_for_it() -> None:
-    rig = _Rig(seconds=0.1)
-    try:
+    with _Rig(seconds=0.1) as rig:
         rig.submit((0, job("a")), (0, job("b")))
         rig.submit((1, job("a", 2)))
         rig.c._drain()
         assert rig.log == [("start", ("a", "b")), ("end", ("a", "b")),
                            ("start", ("a",)), ("end", ("a",))]
-    finally:
-        rig.close()
 
 
 def test_a_job_left_waiting_for_its_retry_at_a_stop_holds_its_offset() -> None:
     a, b = job("a"), job("b")
-    rig = _Rig(seconds=0.01, script={(b.job_id, 1): ["failed"]})
-    try:
+    with _Rig(seconds=0.01, script={(b.job_id, 1): ["failed"]}) as rig:
         # b failed and may be retried in 50 ms; the worker stops before
         rig.stop.set()
         rig.submit((0, a), (0, b))
         rig.c._drain()
         assert rig.c.runs == 2  # a succeeded, b's first attempt failed
         assert rig.positions() == {0: 0}, "committed past a job that did not end"
-    finally:
-        rig.close()
 
 
 def test_a_message_of_a_partition_no_longer_assigned_is_left_to_its_next_owner() -> None:
-    rig = _Rig(seconds=0.01)
-    try:
+    with _Rig(seconds=0.01) as rig:
         rig.c.assigned = {1}
         rig.submit((0, job("a")), (1, job("b")))
         rig.c._drain()
         assert [e for e in rig.log if e[0] == "start"] == [("start", ("b",))]
         assert rig.positions() == {1: 1}
-    finally:
-        rig.close()
 
 
 class _Commits:
@@ -273,10 +261,9 @@ class _Commits:
 def test_revoked_partitions_wait_for_their_jobs_and_commit_before_they_go() -> None:
     from confluent_kafka import TopicPartition
 
-    rig = _Rig(seconds=0.3)
-    commits = _Commits()
-    rig.c._consumer = commits
-    try:
+    with _Rig(seconds=0.3) as rig:
+        commits = _Commits()
+        rig.c._consumer = commits
         rig.submit((0, job("a")), (0, job("b")), (1, job("x")))
         rig.c._on_revoke(None, [TopicPartition("t", 0)])
         # every batch in flight ended first, then partition 0's offset went synchronously
@@ -285,5 +272,3 @@ def test_revoked_partitions_wait_for_their_jobs_and_commit_before_they_go() -> N
         assert rig.c.assigned == {1} and 0 not in rig.c._next
         rig.c._commit()
         assert commits.calls[-1] == ([(1, 1)], True)
-    finally:
-        rig.close()
