@@ -126,8 +126,9 @@ class Runtime:
         self.seen_until: dict[int, float] = {}
         #: per ready partition, when (real time) a batch of it was last applied
         self.read_at: dict[int, float] = {}
-        #: per ready partition, how long (real s) its last batch's newest change had
-        #: been on the change topic when the batch was read
+        #: per ready partition, how long (real s) before its last batch was read its
+        #: newest change had been committed (the relay's or Debezium's, the readiness
+        #: stage's and this agent's backlogs together)
         self.behind: dict[int, float] = {}
         self.store = EntityStore(
             bootstrap=self.bootstrap,
@@ -461,7 +462,7 @@ LAG_MAX = 60.0
 #: a partition whose last batch was applied longer ago than this (real seconds) and
 #: whose highwater shows nothing unread is idle: evaluated at ``now``
 IDLE_S = 0.5
-#: a partition whose batches waited less than this (real seconds) in the topic is
+#: a partition whose batches are read less than this (real seconds) after their commit is
 #: keeping up: evaluated at ``now`` (a lag of a few milliseconds is transport, and
 #: would only stamp runs and queued jobs a hair before the clock)
 LAG_MIN = 0.1
@@ -479,18 +480,19 @@ def event_times(app: Any, rt: Runtime, guard: Any, ready_name: str, now: float
     (bench/burst.py: 1,128-1,256 runs for 1,000 entities, where ~1,000 is right).
     So, like a stream processor's event-time watermark, a partition with unread
     input is evaluated at ``now - lag``, where the lag is how long (real seconds,
-    ``LAG_MIN`` to ``LAG_MAX``) its last batch's newest change had been on the
-    change topic when the batch was read (the readiness stage's backlog and this
-    agent's together), and never before the latest arrival (``enriched_at``) read
-    there nor after ``now``.  A partition read to its end is evaluated at ``now``
+    ``LAG_MIN`` to ``LAG_MAX``) before its last batch was read that batch's newest
+    change had been committed in PostgreSQL (the CDC path's, the readiness stage's
+    and this agent's backlogs together), and never before the latest arrival
+    (``enriched_at``) read there nor after ``now``.  A partition read to its end is evaluated at ``now``
     (absent from the result).
 
     Still being read: its highwater is past the next offset the agent expects, or
     it had a batch less than ``IDLE_S`` ago (Tansu reports a partition's end as its
     last record batch's base offset + 1, short of the real end, so the highwater
-    alone misses a backlog there).  The lag is measured on the real clock (broker
-    timestamps: the change message's, carried in the ready batch), so an injected clock that jumps (tests) shifts nothing: a record
-    read milliseconds after it was written is milliseconds behind."""
+    alone misses a backlog there).  The lag is measured on the real clock (the
+    change's commit time, ``source.ts_us``, or failing that its broker timestamp,
+    carried in the ready batch), so an injected clock that jumps (tests) shifts
+    nothing: a record read milliseconds after its commit is milliseconds behind."""
     consumer = app.consumer
     out: dict[int, float] = {}
     real = time.time()

@@ -125,9 +125,11 @@ class ReadinessConsumer(threading.Thread):
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
         self.assigned -= {p.partition for p in partitions}
 
-    def handle(self, msg: Any, dlq: Any) -> Item | None:
+    def handle(self, msg: Any, dlq: Any, commits: dict[int, int] | None = None) -> Item | None:
         """The ready item of one change message: None when it carries nothing for the
-        core (a transaction marker, a Kafka tombstone) or was dead-lettered."""
+        core (a transaction marker, a Kafka tombstone) or was dead-lettered.
+        ``commits``: per partition, the newest commit time (ms, ``source.ts_us``) seen,
+        updated with this message's."""
         from wakeline.cdc import envelope
         from wakeline.cdc.errors import EnvelopeError
         from wakeline.streams.keys import parse_key
@@ -146,6 +148,11 @@ class ReadinessConsumer(threading.Thread):
             return None
         if parsed is None or isinstance(parsed, envelope.TransactionMarker):
             return None
+        ts_us = parsed.source.ts_us
+        if commits is not None and ts_us is not None:
+            p, ms = msg.partition(), ts_us // 1000
+            if ms > commits.get(p, -1):
+                commits[p] = ms
         if isinstance(parsed, envelope.CursorAdvance):
             adv = parsed.cursor_advanced()
             if adv is None:
@@ -205,6 +212,7 @@ class ReadinessConsumer(threading.Thread):
                 parts: dict[int, tuple[list[ready.Item], list[int]]] = {}
                 last: dict[int, int] = {}
                 sent: dict[int, int] = {}  # per partition, its newest broker timestamp (ms)
+                commits: dict[int, int] = {}  # per partition, its newest commit time (ms)
                 for m in msgs:
                     if m.error() is not None:
                         log.warning("readiness: %s", m.error())
@@ -214,7 +222,7 @@ class ReadinessConsumer(threading.Thread):
                     kind, ts = m.timestamp()
                     if kind != TIMESTAMP_NOT_AVAILABLE and ts > sent.get(p, -1):
                         sent[p] = ts
-                    item = self.handle(m, dlq)
+                    item = self.handle(m, dlq, commits)
                     if item is not None:
                         items, sizes = parts.setdefault(p, ([], []))
                         items.append(item)
@@ -222,7 +230,8 @@ class ReadinessConsumer(threading.Thread):
                 self.consumed += len(msgs)
                 for p, (items, sizes) in parts.items():
                     for chunk in ready.chunks(items, sizes):
-                        producer.produce(self.ready_topic, ready.encode(p, chunk, sent.get(p)),
+                        t = commits.get(p, sent.get(p))
+                        producer.produce(self.ready_topic, ready.encode(p, chunk, t),
                                          partition=p, on_delivery=delivered)
                         self.batches += 1
                     self.forwarded += len(items)

@@ -19,9 +19,10 @@ Wire form (JSON via orjson)::
     {"v": 1, "p": partition, "first": offset, "last": offset, "t": ms,
      "items": [[key, workspace, entity, offset, event, ...], ...]}
 
-``t`` (optional): the broker timestamp (ms) of the newest change message in the
-batch, so the conditions agent measures how far behind the change topic it is
-(readiness and its own backlog together; ``streams.app.event_times``).
+``t`` (optional): the commit time (ms, ``source.ts_us``) of the newest change in
+the batch, or, for changes without one, its broker timestamp, so the conditions
+agent measures how far behind PostgreSQL it is (the CDC path's, readiness's and its
+own backlogs together; ``streams.app.event_times``).
 
 with events ``["r", op, after, before, lsn_hi, lsn_lo]`` (:class:`RecordChanged`,
 records as positional lists) and ``["a", derivation, watermark, finished_at,
@@ -94,8 +95,8 @@ def _unevent(v: list[Any]) -> Event:
 
 
 def encode(partition: int, items: Sequence[Item], sent_ms: int | None = None) -> bytes:
-    """One batch message; ``items`` in offset order; ``sent_ms``: the broker timestamp
-    of its newest change message, if known."""
+    """One batch message; ``items`` in offset order; ``sent_ms``: the commit time (or
+    broker timestamp) of its newest change, if known."""
     doc: dict[str, Any] = {"v": VERSION, "p": partition, "first": items[0].offset,
                            "last": items[-1].offset}
     if sent_ms is not None:
@@ -111,8 +112,8 @@ def encode(partition: int, items: Sequence[Item], sent_ms: int | None = None) ->
 
 
 def decode(value: bytes) -> tuple[int, list[Item], float | None]:
-    """``(partition, items, sent)`` of a batch message, ``sent`` the broker time (s) of
-    its newest change message or None; :class:`BadBatch` if it is none."""
+    """``(partition, items, sent)`` of a batch message, ``sent`` the commit time (s) of
+    its newest change (or its broker time) or None; :class:`BadBatch` if it is none."""
     from wakeline.cdc._json import loads
 
     try:
