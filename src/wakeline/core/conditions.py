@@ -19,7 +19,7 @@ from wakeline.core.plan import CondPlan, DerivationPlan, Fact, Plan, in_scope
 from wakeline.core.state import DState, EntityState
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Eval:
     cond: CondPlan
     holds: bool
@@ -68,6 +68,8 @@ def chains(st: EntityState, collections: Iterable[str]) -> dict[tuple[str, str],
     """Slot chains (ready, active rows of keyed collections), each sorted by seq."""
     wanted = set(collections)
     out: dict[tuple[str, str], list[Fact]] = defaultdict(list)
+    if not wanted:
+        return out
     for f in st.facts.values():
         if f.key is not None and f.ready and f.active and f.coll in wanted:
             out[(f.coll, f.key)].append(f)
@@ -80,7 +82,8 @@ def current(st: EntityState, plan: Plan, cond: CondPlan) -> list[Fact]:
     """Current records in a condition's scope: slot heads, and every event row."""
     assert cond.scope is not None
     names = {n for n, _ in cond.scope.collections}
-    heads = [chain[-1] for chain in chains(st, names & plan.keyed).values()]
+    keyed = names & plan.keyed
+    heads = [chain[-1] for chain in chains(st, keyed).values()] if keyed else []
     rows = [f for f in st.facts.values() if f.key is None and f.ready and f.coll in names]
     return [f for f in heads + rows if not f.tomb and cond.cid in f.cond]
 
@@ -120,16 +123,21 @@ def transition(prev: Fact | None, rec: Fact) -> str | None:
     return "changed" if prev.digest != rec.digest else None
 
 
-def evaluate(plan: Plan, st: EntityState, cond: CondPlan, now: float) -> Eval:
+def evaluate(plan: Plan, st: EntityState, cond: CondPlan, now: float,
+             fresh: list[Fact] | None = None) -> Eval:
+    """``fresh``: ``pending(st, d)`` of the condition's derivation when the caller
+    has it (it evaluates several conditions of one derivation on the same state)."""
     d = plan.derivations[cond.derivation]
     ds = st.ds.get(d.name) or DState()
     fn = _KINDS[cond.kind]
-    return fn(plan, st, d, ds, cond, now)
+    if cond.kind in PENDING_KINDS and fresh is None:
+        fresh = pending(st, d)
+    return fn(plan, st, d, ds, cond, now, fresh)
 
 
 def _write(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, c: CondPlan,
-           now: float) -> Eval:
-    hits = [f for f in pending(st, d) if c.cid in f.cond]
+           now: float, fresh: Any) -> Eval:
+    hits = [f for f in fresh if c.cid in f.cond]
     if not hits:
         return Eval(c, False, kind=OutcomeKind.NO_PENDING, value=0,
                     reason=f"no matching record above watermark {ds.w}")
@@ -143,7 +151,7 @@ def _arrived(f: Fact) -> float:
 
 
 def _changed(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, c: CondPlan,
-             now: float) -> Eval:
+             now: float, fresh: Any) -> Eval:
     assert c.scope is not None
     names = {n for n, _ in c.scope.collections}
     transitions = c.transitions if c.kind == "changed" else frozenset({"removed"})
@@ -175,9 +183,9 @@ def _changed(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, c: Cond
 
 
 def _accumulator(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, c: CondPlan,
-                 now: float) -> Eval:
+                 now: float, fresh: Any) -> Eval:
     assert c.metric is not None
-    rows = [f for f in pending(st, d) if c.cid in f.cond]
+    rows = [f for f in fresh if c.cid in f.cond]
     if c.window is not None:
         start = window_start(c, now)
         rows = [f for f in rows if start <= f.created <= now]
@@ -208,9 +216,8 @@ def census_count(plan: Plan, st: EntityState, c: CondPlan, now: float) -> int:
 
 
 def _census(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, c: CondPlan,
-            now: float) -> Eval:
+            now: float, fresh: Any) -> Eval:
     count = census_count(plan, st, c, now)
-    fresh = pending(st, d)
     detail = {"value": count, "threshold": c.threshold, "fresh": len(fresh)}
     if count < c.threshold:
         return Eval(c, False, kind=OutcomeKind.CENSUS_BELOW, value=count, detail=detail,
@@ -224,8 +231,7 @@ def _census(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, c: CondP
 
 
 def _lifecycle(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, c: CondPlan,
-               now: float) -> Eval:
-    fresh = pending(st, d)
+               now: float, fresh: Any) -> Eval:
     if not fresh:
         return Eval(c, False, kind=OutcomeKind.NO_PENDING, value=ds.total,
                     reason=f"no new driving data above watermark {ds.w}")
@@ -247,8 +253,8 @@ def _lifecycle(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, c: Co
 
 
 def _quiet(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, c: CondPlan,
-           now: float) -> Eval:
-    hits = [f for f in pending(st, d) if c.cid in f.cond]
+           now: float, fresh: Any) -> Eval:
+    hits = [f for f in fresh if c.cid in f.cond]
     if not hits:
         return Eval(c, False, kind=OutcomeKind.NO_PENDING, value=0,
                     reason=f"no matching record above watermark {ds.w}")
@@ -266,7 +272,7 @@ def _quiet(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, c: CondPl
 
 
 def _at(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, c: CondPlan,
-        now: float) -> Eval:
+        now: float, fresh: Any) -> Eval:
     handled = ds.handled
     deadlines = sorted((f.cond[c.cid], f.seq) for f in current(st, plan, c)
                        if isinstance(f.cond.get(c.cid), float | int))
@@ -284,10 +290,13 @@ def _at(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, c: CondPlan,
 
 
 def _external(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, c: CondPlan,
-              now: float) -> Eval:
+              now: float, fresh: Any) -> Eval:
     # cron and read fire from their own events (CronFire, Read), never from data.
     return Eval(c, False, kind=None, reason=f"{c.kind} fires on its own events")
 
+
+#: the kinds that read the derivation's pending records
+PENDING_KINDS = frozenset({"write", "accumulator", "census", "lifecycle", "quiet"})
 
 _KINDS = {"write": _write, "changed": _changed, "retraction": _changed,
           "accumulator": _accumulator, "census": _census, "lifecycle": _lifecycle,

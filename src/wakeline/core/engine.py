@@ -54,7 +54,7 @@ class Dispatch:
     dedupe: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class JobInfo:
     job_id: str
     coalesced: bool
@@ -89,6 +89,7 @@ class Engine:
         self.plan = plan
         self.unready_alert_s = unready_alert_s
         self.paused: dict[str, tuple[str, float | None]] = {}
+        self._at: tuple[float, datetime] = (float("nan"), _dt(0.0))
 
     # -- operator controls ----------------------------------------------------
 
@@ -309,11 +310,16 @@ class Engine:
                   after_run: bool = False) -> None:
         st = step.state
         ds = st.d(d.name)
+        # Every condition of d reads the same pending records: facts and the
+        # watermark do not change while it is evaluated (only the mailbox does).
+        fresh: list[Fact] | None = None
         for trig in d.triggers:
             for cond in trig.conds:
                 if cond.kind in ("cron", "read"):
                     continue
-                ev = C.evaluate(self.plan, st, cond, now)
+                if fresh is None and cond.kind in C.PENDING_KINDS:
+                    fresh = C.pending(st, d)
+                ev = C.evaluate(self.plan, st, cond, now, fresh)
                 is_relevant = fact is not None and C.relevant(cond, d, fact)
                 if not ev.holds and not ev.stimulus:
                     # A queued reason whose condition stopped holding (its data was
@@ -516,7 +522,10 @@ class Engine:
     def _outcome(self, step: Step, kind: OutcomeKind, reason: str, now: float,
                  d: DerivationPlan | None, trig: TriggerPlan | None,
                  detail: dict[str, Any] | None = None) -> None:
-        step.outcomes.append(Outcome(kind, reason, _dt(now), step.state.workspace,
+        at = self._at
+        if at[0] != now:  # a batch evaluates many entities at one instant
+            at = self._at = (now, _dt(now))
+        step.outcomes.append(Outcome(kind, reason, at[1], step.state.workspace,
                                      step.state.entity, d.name if d else None,
                                      trig.name if trig else None, detail or {}))
 

@@ -39,7 +39,7 @@ class OutcomeKind(StrEnum):
     DEAD = "dead"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Outcome:
     kind: OutcomeKind
     reason: str

@@ -22,7 +22,7 @@ from typing import Any
 from wakeline.catalog._values import MISSING, Mismatch, evaluate, parse_datetime
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: one per change, and a frozen init costs 3x
 class Rec:
     """The fields of a record the core reads (a row of ``records``)."""
 
@@ -112,7 +112,7 @@ class ScopePlan:
                 and (self.statuses is None or rec.status in self.statuses))
 
     def match(self, rec: Rec) -> bool:
-        return self.base_match(rec) and all(p.test(rec) for p in self.where)
+        return self.base_match(rec) and _where(self.where, rec)
 
 
 @dataclass(frozen=True)
@@ -282,7 +282,10 @@ class Plan:
         self.keyed = keyed
         self.catalog_hash = catalog_hash
         self._scoped = [c for c in self.conds if c.scope is not None]
-        self._accumulators = [c for c in self.conds if c.kind == "accumulator"]
+        self._accumulators = [(c, self.derivations[c.derivation].index)
+                              for c in self.conds if c.kind == "accumulator"]
+        self._shapes: dict[tuple[str, int, str, str],
+                           tuple[tuple[int, ...], frozenset[int], list[CondPlan]]] = {}
         self.conds_by_cid = {c.cid: c for c in self.conds}
         # The collections any condition or driving source reads: a record of
         # another collection is irrelevant to the core.
@@ -299,29 +302,48 @@ class Plan:
             name for c in self._scoped if c.kind in _SLOT_KINDS
             for name, _ in c.scope.collections if name in keyed)  # type: ignore[union-attr]
 
+    def _shape(self, rec: Rec) -> tuple[tuple[int, ...], frozenset[int], list[CondPlan]]:
+        """What a record's collection, version, type and status alone decide: the
+        derivations it drives, the conditions whose scope it is in before ``where``,
+        and the scoped conditions that can take an entry for it at all (their
+        scope names its collection).  Cached per shape (few per catalog)."""
+        k = (rec.collection, rec.version, rec.type, rec.status)
+        got = self._shapes.get(k)
+        if got is None:
+            if len(self._shapes) >= 4096:  # arbitrary record types: stay bounded
+                self._shapes.clear()
+            drive = tuple(d.index for d in self.by_index if d.source.base_match(rec))
+            base = frozenset(c.cid for c in self._scoped
+                             if c.scope is not None and c.scope.base_match(rec))
+            named = [c for c in self._scoped if c.scope is not None
+                     and any(n == rec.collection for n, _ in c.scope.collections)]
+            got = self._shapes[k] = (drive, base, named)
+        return got
+
     def featurize(self, rec: Rec) -> Fact | None:
         if rec.collection not in self.relevant:
             return None
-        drive = tuple(d.index for d in self.by_index if d.source.base_match(rec))
+        drive, base, named = self._shape(rec)
         cond: dict[int, Any] = {}
-        for c in self._scoped:
+        # Conditions whose scope does not name the record's collection take no entry
+        # (base_match needs the collection; so does a changed/retraction entry).
+        for c in named:
             scope = c.scope
             assert scope is not None
             if rec.tombstone and c.kind in ("changed", "retraction", "census", "at"):
                 # For transitions `where` is checked on the retracted head; census and
                 # `at` never count a tombstone as a current record (docs/semantics.md).
-                if scope.base_match(rec):
+                if c.cid in base:
                     cond[c.cid] = True
                 continue
             if c.kind in ("changed", "retraction"):
                 # A live row's entry: True when it is in scope; False when only its
                 # `where` holds — a later tombstone in scope may still retract it
                 # (`where` is evaluated on the retracted head, the rest on r).
-                if any(n == rec.collection for n, _ in scope.collections) \
-                        and all(p.test(rec) for p in scope.where):
-                    cond[c.cid] = scope.base_match(rec)
+                if _where(scope.where, rec):
+                    cond[c.cid] = c.cid in base
                 continue
-            if not scope.match(rec):
+            if c.cid not in base or not _where(scope.where, rec):
                 continue
             if c.kind == "at":
                 d = c.deadline(rec)
@@ -329,8 +351,7 @@ class Plan:
                     cond[c.cid] = d
             else:
                 cond[c.cid] = True
-        for c in self._accumulators:
-            d_index = self.derivations[c.derivation].index
+        for c, d_index in self._accumulators:
             if d_index in drive:
                 assert c.metric is not None
                 cond[c.cid] = c.metric.value(rec)
@@ -342,6 +363,13 @@ class Plan:
         return Fact(rec.seq, rec.collection, rec.key if keyed else None,
                     rec.tombstone, rec.status == "active", digest(rec) if keyed else "", rec.ready,
                     rec.enriched_at, rec.created_at, drive, cond)
+
+
+def _where(preds: tuple[Pred, ...], rec: Rec) -> bool:
+    for p in preds:  # a loop: all() over a generator costs a frame per record
+        if not p.test(rec):
+            return False
+    return True
 
 
 def to_epoch(value: datetime | float | None) -> float | None:
