@@ -483,8 +483,8 @@ def event_times(app: Any, rt: Runtime, guard: Any, ready_name: str, now: float
     ``LAG_MIN`` to ``LAG_MAX``) before its last batch was read that batch's newest
     change had been committed in PostgreSQL (the CDC path's, the readiness stage's
     and this agent's backlogs together), and never before the latest arrival
-    (``enriched_at``) read there nor after ``now``.  A partition read to its end is evaluated at ``now``
-    (absent from the result).
+    (``enriched_at``) read there nor after ``now``.  A partition read to its end is
+    evaluated at ``now`` (absent from the result).
 
     Still being read: its highwater is past the next offset the agent expects, or
     it had a batch less than ``IDLE_S`` ago (Tansu reports a partition's end as its
