@@ -82,8 +82,7 @@ def current(st: EntityState, plan: Plan, cond: CondPlan) -> list[Fact]:
     """Current records in a condition's scope: slot heads, and every event row."""
     assert cond.scope is not None
     names = {n for n, _ in cond.scope.collections}
-    keyed = names & plan.keyed
-    heads = [chain[-1] for chain in chains(st, keyed).values()] if keyed else []
+    heads = [chain[-1] for chain in chains(st, names & plan.keyed).values()]
     rows = [f for f in st.facts.values() if f.key is None and f.ready and f.coll in names]
     return [f for f in heads + rows if not f.tomb and cond.cid in f.cond]
 
