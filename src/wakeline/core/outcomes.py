@@ -37,6 +37,7 @@ class OutcomeKind(StrEnum):
     NOOP = "noop"
     FAILED = "failed"
     DEAD = "dead"
+    OUTCOMES_DROPPED = "outcomes_dropped"
 
 
 @dataclass(slots=True)
