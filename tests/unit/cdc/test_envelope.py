@@ -18,6 +18,7 @@ from wakeline.cdc import (
     parse,
 )
 from wakeline.cdc.envelope import position_of
+from wakeline.cdc.errors import BadValue
 from wakeline.core.events import CursorAdvanced, RecordChanged
 
 
@@ -240,3 +241,55 @@ def test_tables_filter() -> None:
     with pytest.raises(Exception) as info:
         parse(good, tables=frozenset({"derivation_cursors"}))
     assert info.value.code == "cdc.envelope.unknown_table"  # type: ignore[attr-defined]
+
+
+class _Str(str):
+    pass
+
+
+def _variants(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """The row as captured, with columns missing, null, or of a subtype, one at a time."""
+    out = [row]
+    for col in ("collection_version", "type", "status", "key", "text", "tombstone", "parents",
+                "content", "annotations", "scores", "enriched_at", "created_at"):
+        out.append({k: v for k, v in row.items() if k != col})
+        out.append({**row, col: None})
+    out += [{**row, "type": _Str("chat")}, {**row, "status": ""}, {**row, "parents": [1, 2]},
+            {**row, "parents": []}, {**row, "tombstone": True}, {**row, "key": "k"}]
+    return out
+
+
+def test_record_fast_path_builds_what_the_checked_path_builds() -> None:
+    """``_to_rec`` builds the common row directly; for every row, captured or varied, it
+    must equal what ``_to_rec_checked`` (the validating path) builds, or raise the same."""
+    from wakeline.cdc import envelope as E
+
+    rows = [r for m in samples.messages() for r in (_value(m).get("after"),
+                                                     _value(m).get("before"))
+            if r is not None and "seq" in r]
+    assert rows
+    checked = 0
+    for captured in rows:
+        for row in _variants(E._decoded(E.RECORDS, captured) or {}):
+            try:
+                want: Any = E._to_rec_checked(row)
+            except Exception as exc:  # noqa: BLE001 - compared below
+                want = (type(exc), str(exc))
+            try:
+                got: Any = E._to_rec(row)
+            except Exception as exc:  # noqa: BLE001
+                got = (type(exc), str(exc))
+            assert got == want, (row, got, want)
+            checked += 1
+    assert checked > 100
+
+
+def test_bad_record_columns_still_say_which() -> None:
+    m = samples.find("c", "records", lambda v: v["after"]["type"] == "chat")
+    for col, bad in (("seq", "7"), ("parents", [True]), ("tombstone", "yes"),
+                     ("collection", 3), ("content", "[1]")):
+        v = _value(m)
+        v["after"][col] = bad
+        with pytest.raises(BadValue) as ei:
+            parse(json.dumps(v).encode(), m["key"].encode())
+        assert ei.value.context.get("field") == col, (col, ei.value)
