@@ -86,6 +86,7 @@ _HEX_RE = re.compile(r"(?:[0-9a-f]{2})+")
 _D = struct.Struct("<d")
 _Q = struct.Struct("<q")
 _MAX_EXACT = 2.0 ** 53
+_INT_ONLY = frozenset({int})
 
 
 def _bits(x: float) -> int:
@@ -101,12 +102,16 @@ def _same(a: Any, b: Any) -> bool:
 
 
 class _Writer:
-    __slots__ = ("out", "strs", "tups", "fbits", "reg")
+    __slots__ = ("out", "strs", "tups", "tupid", "fbits", "reg")
 
     def __init__(self) -> None:
         self.out = bytearray()
         self.strs: dict[str, int] = {}
         self.tups: dict[tuple[int, ...], int] = {}
+        # id -> (the tuple, its index in tups): facts share their drive tuple objects, so
+        # a repeat is found without re-checking its items.  Holding the tuple keeps its
+        # id from being reused while this writer lives.
+        self.tupid: dict[int, tuple[tuple[int, ...], int]] = {}
         self.fbits: int | None = None  # previous non-integral float's bit pattern
         self.reg = 0  # previous sequence number / watermark
 
@@ -153,38 +158,22 @@ class _Writer:
                 out.append(_NINT)
                 self.uvar(-1 - v)
         elif t is float:
-            if v.is_integer() and -_MAX_EXACT < v < _MAX_EXACT and (
-                    v != 0 or math.copysign(1.0, v) > 0):  # not -0.0
-                out.append(_FINT)
-                i = int(v)
-                self.uvar(i << 1 if i >= 0 else ((-i) << 1) - 1)
-                return
-            bits = _Q.unpack(_D.pack(v))[0]
-            prev = self.fbits
-            self.fbits = bits
-            if prev is not None:
-                if bits == prev:
-                    out.append(_FSAME)
-                    return
-                d = bits - prev
-                z = d << 1 if d >= 0 else ((-d) << 1) - 1
-                if z < 1 << 49:  # at most 7 varint bytes
-                    out.append(_FDELTA)
-                    self.uvar(z)
-                    return
-            out.append(_F64)
-            out += _D.pack(v)
+            self.flt(v)
         elif v is None:
             out.append(_NONE)
         elif t is bool:
             out.append(_TRUE if v else _FALSE)
-        elif t is tuple and all(isinstance(x, int) and type(x) is not bool for x in v) and (
+        elif t is tuple and (hit := self.tupid.get(id(v))) is not None and hit[0] is v:
+            out.append(0xA0 | hit[1])
+        elif t is tuple and {*map(type, v)} <= _INT_ONLY and (
                 v in self.tups or len(self.tups) < _TUPS):
             idx = self.tups.get(v)
             if idx is not None:
+                self.tupid[id(v)] = (v, idx)
                 out.append(0xA0 | idx)
                 return
-            self.tups[v] = len(self.tups)
+            idx = self.tupid[id(v)] = (v, len(self.tups))
+            self.tups[v] = idx[1]
             n = len(v)
             if n < 16:
                 out.append(0x70 | n)
@@ -221,6 +210,30 @@ class _Writer:
         else:
             raise TypeError(f"cannot encode {t.__name__} in an entity state")
 
+    def flt(self, v: float) -> None:
+        out = self.out
+        if v.is_integer() and -_MAX_EXACT < v < _MAX_EXACT and (
+                v != 0 or math.copysign(1.0, v) > 0):  # not -0.0
+            out.append(_FINT)
+            i = int(v)
+            self.uvar(i << 1 if i >= 0 else ((-i) << 1) - 1)
+            return
+        bits = _Q.unpack(_D.pack(v))[0]
+        prev = self.fbits
+        self.fbits = bits
+        if prev is not None:
+            if bits == prev:
+                out.append(_FSAME)
+                return
+            d = bits - prev
+            z = d << 1 if d >= 0 else ((-d) << 1) - 1
+            if z < 1 << 49:  # at most 7 varint bytes
+                out.append(_FDELTA)
+                self.uvar(z)
+                return
+        out.append(_F64)
+        out += _D.pack(v)
+
     def dict_(self, v: dict[Any, Any]) -> None:
         n = len(v)
         if n < 16:
@@ -250,27 +263,66 @@ class _Writer:
                       f.created, f.drive, f.cond):
                 self.val(x)
             return
+        key, digest, arrived, created = f.key, f.digest, f.arrived, f.created
         flags = (_F_TOMB if tomb else 0) | (_F_ACTIVE if active else 0) | (_F_READY if ready else 0)
-        if f.key is not None:
+        if key is not None:
             flags |= _F_KEY
-        if not (type(f.digest) is str and f.digest == ""):
+        if not (type(digest) is str and digest == ""):
             flags |= _F_DIGEST
-        if f.arrived is None:
+        if arrived is None:
             flags |= _F_ARR_NONE
-        elif not _same(f.arrived, f.created):
+        elif arrived is not created and not (
+                # equal non-zero floats have the same bits (0.0 == -0.0, NaN != NaN)
+                type(arrived) is float and type(created) is float and arrived == created
+                and arrived) and not _same(arrived, created):
             flags |= _F_ARR_OWN
-        self.out.append(flags)
-        self.seq(f.seq)
-        self.val(f.coll)
+        # The common shapes are written inline; anything else goes through val().
+        out = self.out
+        out.append(flags)
+        d = k - self.reg  # k is f.seq, an int (checked above)
+        self.reg = k
+        if 0 <= d < 64:
+            out.append(d)
+        else:
+            self.val(d)
+        coll = f.coll
+        idx = self.strs.get(coll) if type(coll) is str else None
+        if idx is not None and idx < 64:
+            out.append(0xC0 | idx)
+        else:
+            self.val(coll)
         if flags & _F_KEY:
-            self.val(f.key)
+            self.val(key)
         if flags & _F_DIGEST:
-            self.val(f.digest)
-        self.val(f.created)
+            self.val(digest)
+        if type(created) is float:
+            self.flt(created)
+        else:
+            self.val(created)
         if flags & _F_ARR_OWN:
-            self.val(f.arrived)
-        self.val(f.drive)
-        self.val(f.cond)
+            self.val(arrived)
+        drive = f.drive
+        hit = self.tupid.get(id(drive))
+        if hit is not None and hit[0] is drive:
+            out.append(0xA0 | hit[1])
+        else:
+            self.val(drive)
+        cond = f.cond
+        if type(cond) is dict and len(cond) < 16:
+            out.append(0x90 | len(cond))
+            for ck, cv in cond.items():
+                if type(ck) is int and 0 <= ck < 64:
+                    out.append(ck)
+                else:
+                    self.val(ck)
+                if cv is True:
+                    out.append(_TRUE)
+                elif type(cv) is float:
+                    self.flt(cv)
+                else:
+                    self.val(cv)
+        else:
+            self.val(cond)
 
     def job(self, j: Job, st: EntityState, name: str) -> None:
         if not isinstance(j, Job):
@@ -301,7 +353,11 @@ class _Writer:
             self.val(j.dispatched)
 
     def dstate(self, st: EntityState, name: str, d: DState) -> None:
-        self.val(name)
+        idx = self.strs.get(name) if type(name) is str else None
+        if idx is not None and idx < 64:
+            self.out.append(0xC0 | idx)
+        else:
+            self.val(name)
         w, total, jobs_made, dead, cron = d.w, d.total, d.jobs_made, d.dead, d.cron_last
         mask = 0
         if not (type(w) is int and w == 0):
@@ -329,14 +385,18 @@ class _Writer:
         self.uvar(mask)
         if mask & 1:
             self.seq(w)
-        if mask & 2:
-            self.val(d.last_success)
-        if mask & 4:
-            self.val(d.handled)
-        if mask & 8:
-            self.val(d.last_run)
+        if mask & 14:
+            for bit, x in ((2, d.last_success), (4, d.handled), (8, d.last_run)):
+                if mask & bit:
+                    if type(x) is float:
+                        self.flt(x)
+                    else:
+                        self.val(x)
         if mask & 16:
-            self.val(total)
+            if type(total) is int and 0 <= total < 64:
+                self.out.append(total)
+            else:
+                self.val(total)
         if mask & 32:
             self.job(d.queued, st, name)  # type: ignore[arg-type]
         if mask & 64:

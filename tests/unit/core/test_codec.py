@@ -134,6 +134,30 @@ def test_float_edge_cases_are_exact():
     assert typed(back) == typed(st_)  # NaN by its bits
 
 
+def test_the_writers_inline_paths_keep_types_and_bits():
+    """The fact and derivation-state writers take shortcuts for the common shapes (a
+    shared drive tuple, an arrival equal to the creation instant, small ints, floats
+    in a condition's entry); each must give what the general path gives."""
+    drive = (0, 1, 3)
+    a, b = 1784451600.25, float("1784451600.25")  # equal, distinct objects
+    assert a is not b
+    facts = {
+        1: Fact(1, "main", None, False, True, "", True, b, a, drive, {0: True, 1: 4.5}),
+        2: Fact(2, "main", None, False, True, "", True, -0.0, 0.0, drive, {0: 1, 1: 1.0}),
+        3: Fact(3, "main", None, False, True, "", True, 0.0, -0.0, (0, 1, 3), {}),
+        # equal to the shared tuple but not int-typed, and one that is int-typed
+        4: Fact(4, "main", None, False, True, "", True, None, a, (False, True, 3),
+                {0: (0, 1, 3), 70: False}),
+        5: Fact(200, "other", "k", True, False, "abcdef0123", False, 7, 7.0, drive,
+                {1: -0.0}),
+    }
+    ds = {"d": DState(w=5, last_success=a, handled=1, last_run=None, total=63),
+          "e": DState(total=64, last_success=-0.0), "f": DState(total=True)}
+    for f in facts.values():
+        assert f.drive is drive or f.drive == drive or f.drive == (False, True, 3)
+    assert_round_trips(EntityState("w", "e", facts=facts, ds=ds))
+
+
 def test_state_after_consumption_is_small(tmp_path):
     sim = sim_for(tmp_path, {"w": derivation("w", "write: {}")})
     for _ in range(200):
