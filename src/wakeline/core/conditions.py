@@ -11,6 +11,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from wakeline.clock import iso
@@ -40,11 +41,18 @@ def _ts(t: float | None) -> str | None:
     return None if t is None else iso(datetime.fromtimestamp(t, UTC))
 
 
+_SEQ = attrgetter("seq")
+
+
 def pending(st: EntityState, d: DerivationPlan) -> list[Fact]:
     """Ready driving-source records above the derivation's watermark, by seq."""
-    w = st.ds[d.name].w if d.name in st.ds else 0
-    return sorted((f for f in st.facts.values() if f.ready and d.index in f.drive and f.seq > w),
-                  key=lambda f: f.seq)
+    ds = st.ds.get(d.name)
+    w = ds.w if ds is not None else 0
+    i = d.index
+    out = [f for f in st.facts.values() if f.ready and i in f.drive and f.seq > w]
+    if len(out) > 1:
+        out.sort(key=_SEQ)
+    return out
 
 
 def lowest_unready(st: EntityState, d: DerivationPlan) -> int | None:
@@ -74,17 +82,19 @@ def chains(st: EntityState, collections: Iterable[str]) -> dict[tuple[str, str],
         if f.key is not None and f.ready and f.active and f.coll in wanted:
             out[(f.coll, f.key)].append(f)
     for chain in out.values():
-        chain.sort(key=lambda f: f.seq)
+        chain.sort(key=_SEQ)
     return out
 
 
 def current(st: EntityState, plan: Plan, cond: CondPlan) -> list[Fact]:
     """Current records in a condition's scope: slot heads, and every event row."""
     assert cond.scope is not None
-    names = {n for n, _ in cond.scope.collections}
-    heads = [chain[-1] for chain in chains(st, names & plan.keyed).values()]
-    rows = [f for f in st.facts.values() if f.key is None and f.ready and f.coll in names]
-    return [f for f in heads + rows if not f.tomb and cond.cid in f.cond]
+    names, cid = cond.scope.names, cond.cid
+    keyed = names & plan.keyed
+    out = [chain[-1] for chain in chains(st, keyed).values()] if keyed else []
+    heads = [f for f in out if not f.tomb and cid in f.cond]
+    return heads + [f for f in st.facts.values() if f.key is None and f.ready and not f.tomb
+                    and f.coll in names and cid in f.cond]
 
 
 def window_start(cond: CondPlan, now: float) -> float:
@@ -152,7 +162,7 @@ def _arrived(f: Fact) -> float:
 def _changed(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, c: CondPlan,
              now: float, fresh: Any) -> Eval:
     assert c.scope is not None
-    names = {n for n, _ in c.scope.collections}
+    names = c.scope.names
     transitions = c.transitions if c.kind == "changed" else frozenset({"removed"})
     found: list[tuple[int, str, str]] = []
     considered = 0

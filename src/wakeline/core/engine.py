@@ -118,8 +118,10 @@ class Engine:
             touched = self._on_record(step, event, now)
             if event.lsn:
                 state.last_lsn = event.lsn
-            for d in touched:
-                self._evaluate(step, d, now, fact=self._fact_of(state, event))
+            if touched:
+                fact = self._fact_of(state, event)
+                for d in touched:
+                    self._evaluate(step, d, now, fact=fact)
         elif isinstance(event, CursorAdvanced):
             if event.lsn and event.lsn <= state.last_lsn:
                 step.duplicate = True
@@ -190,8 +192,9 @@ class Engine:
                     st.facts[seq] = fact
                     for i in fact.drive:
                         st.d(plan.by_index[i].name).total += 1
-                    touched |= self._derivations_of(fact)
-                    for i in self._derivations_of(fact):
+                    of = self._derivations_of(fact)
+                    touched |= of
+                    for i in of:
                         st.d(plan.by_index[i].name)
                     self._prune(st, fact, now=now)
                     if fact.key is not None:
@@ -221,8 +224,9 @@ class Engine:
 
     def _derivations_of(self, fact: Fact) -> set[int]:
         out = set(fact.drive)
+        index_of = self.plan.derivation_index_of_cid
         for cid in fact.cond:
-            out.add(self.plan.derivations[self.plan.conds_by_cid[cid].derivation].index)
+            out.add(index_of[cid])
         return out
 
     def _forget(self, st: EntityState, fact: Fact, *, folded: bool) -> None:
@@ -280,13 +284,12 @@ class Engine:
         else:
             chains = {slot: sorted((f for f in st.facts.values()
                                     if f.key == slot[1] and f.coll == slot[0] and f.ready
-                                    and f.active), key=lambda f: f.seq)}
+                                    and f.active), key=C._SEQ)}
         for (coll, _key), chain in chains.items():
             # The oldest watermark of a derivation that reads transitions of this
             # collection: entries before its predecessor can never matter again.
-            floor = min((st.d(c.derivation).w for c in plan.conds
-                         if c.kind in ("changed", "retraction") and c.scope is not None
-                         and any(n == coll for n, _ in c.scope.collections)), default=None)
+            readers = plan.transition_readers.get(coll)
+            floor = min(st.d(name).w for name in readers) if readers else None
             keep_from = len(chain) - 1
             if floor is not None:
                 for i, f in enumerate(chain):
@@ -313,13 +316,16 @@ class Engine:
         # Every condition of d reads the same pending records: facts and the
         # watermark do not change while it is evaluated (only the mailbox does).
         fresh: list[Fact] | None = None
+        plan, kinds, pending_kinds = self.plan, C._KINDS, C.PENDING_KINDS
         for trig in d.triggers:
             for cond in trig.conds:
-                if cond.kind in ("cron", "read"):
+                kind = cond.kind
+                if kind == "cron" or kind == "read":
                     continue
-                if fresh is None and cond.kind in C.PENDING_KINDS:
+                if fresh is None and kind in pending_kinds:
                     fresh = C.pending(st, d)
-                ev = C.evaluate(self.plan, st, cond, now, fresh)
+                # C.evaluate, with the derivation and its state already at hand
+                ev = kinds[kind](plan, st, d, ds, cond, now, fresh)
                 is_relevant = fact is not None and C.relevant(cond, d, fact)
                 if not ev.holds and not ev.stimulus:
                     # A queued reason whose condition stopped holding (its data was

@@ -17,6 +17,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from wakeline.catalog._values import MISSING, Mismatch, evaluate, parse_datetime
@@ -46,10 +47,14 @@ class Rec:
         return self.enriched_at is not None
 
 
+#: what ``json.dumps(..., sort_keys=True, separators=(",", ":"), default=str)`` builds
+#: per call, built once: the same bytes
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
+
+
 def digest(rec: Rec) -> str:
     """Identity of a keyed value: canonical JSON of content and text."""
-    body = json.dumps([rec.content, rec.text], sort_keys=True, separators=(",", ":"),
-                      default=str)
+    body = _CANONICAL.encode([rec.content, rec.text])
     return hashlib.blake2b(body.encode(), digest_size=8).hexdigest()
 
 
@@ -105,6 +110,11 @@ class ScopePlan:
     types: frozenset[str] | None = None
     statuses: frozenset[str] | None = None
     where: tuple[Pred, ...] = ()
+
+    @cached_property
+    def names(self) -> frozenset[str]:
+        """The collection names of the scope (read per evaluation: built once)."""
+        return frozenset(n for n, _ in self.collections)
 
     def base_match(self, rec: Rec) -> bool:
         return ((rec.collection, rec.version) in self.collections
@@ -186,8 +196,8 @@ class CondPlan:
     first_record: bool = False
     total_records: int | None = None
 
-    @property
-    def reason(self) -> str:
+    @cached_property
+    def reason(self) -> str:  # read per evaluation: built once
         return f"trigger:{self.trigger}:{REASONS[self.kind]}"
 
     def deadline(self, rec: Rec) -> float | None:
@@ -287,6 +297,16 @@ class Plan:
         self._shapes: dict[tuple[str, int, str, str],
                            tuple[tuple[int, ...], frozenset[int], list[CondPlan]]] = {}
         self.conds_by_cid = {c.cid: c for c in self.conds}
+        self.derivation_index_of_cid = {c.cid: self.derivations[c.derivation].index
+                                        for c in self.conds}
+        # Per collection, the derivations whose changed/retraction conditions read
+        # its slot transitions (their watermarks bound how far a chain is kept).
+        readers: dict[str, list[str]] = {}
+        for c in self._scoped:
+            if c.kind in ("changed", "retraction"):
+                for name in c.scope.names:  # type: ignore[union-attr]
+                    readers.setdefault(name, []).append(c.derivation)
+        self.transition_readers = {k: tuple(v) for k, v in readers.items()}
         # The collections any condition or driving source reads: a record of
         # another collection is irrelevant to the core.
         self.relevant = frozenset(
