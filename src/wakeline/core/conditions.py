@@ -50,8 +50,7 @@ def pending(st: EntityState, d: DerivationPlan) -> list[Fact]:
     w = ds.w if ds is not None else 0
     i = d.index
     out = [f for f in st.facts.values() if f.ready and i in f.drive and f.seq > w]
-    if len(out) > 1:
-        out.sort(key=_SEQ)
+    out.sort(key=_SEQ)
     return out
 
 
@@ -137,11 +136,16 @@ def evaluate(plan: Plan, st: EntityState, cond: CondPlan, now: float,
     """``fresh``: ``pending(st, d)`` of the condition's derivation when the caller
     has it (it evaluates several conditions of one derivation on the same state)."""
     d = plan.derivations[cond.derivation]
-    ds = st.ds.get(d.name) or DState()
-    fn = _KINDS[cond.kind]
     if cond.kind in PENDING_KINDS and fresh is None:
         fresh = pending(st, d)
-    return fn(plan, st, d, ds, cond, now, fresh)
+    return evaluate_in(plan, st, d, st.ds.get(d.name) or DState(), cond, now, fresh)
+
+
+def evaluate_in(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, cond: CondPlan,
+                now: float, fresh: list[Fact] | None) -> Eval:
+    """:func:`evaluate` with the condition's derivation and its state at hand, and
+    ``fresh`` already computed when the kind reads pending records (the engine's loop)."""
+    return _KINDS[cond.kind](plan, st, d, ds, cond, now, fresh)
 
 
 def _write(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, c: CondPlan,

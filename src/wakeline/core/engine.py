@@ -316,16 +316,13 @@ class Engine:
         # Every condition of d reads the same pending records: facts and the
         # watermark do not change while it is evaluated (only the mailbox does).
         fresh: list[Fact] | None = None
-        plan, kinds, pending_kinds = self.plan, C._KINDS, C.PENDING_KINDS
         for trig in d.triggers:
             for cond in trig.conds:
-                kind = cond.kind
-                if kind == "cron" or kind == "read":
+                if cond.kind in ("cron", "read"):
                     continue
-                if fresh is None and kind in pending_kinds:
+                if fresh is None and cond.kind in C.PENDING_KINDS:
                     fresh = C.pending(st, d)
-                # C.evaluate, with the derivation and its state already at hand
-                ev = kinds[kind](plan, st, d, ds, cond, now, fresh)
+                ev = C.evaluate_in(self.plan, st, d, ds, cond, now, fresh)
                 is_relevant = fact is not None and C.relevant(cond, d, fact)
                 if not ev.holds and not ev.stimulus:
                     # A queued reason whose condition stopped holding (its data was
