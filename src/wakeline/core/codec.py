@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import struct
 import zlib
@@ -44,6 +45,18 @@ from typing import Any
 
 from wakeline.core.plan import Fact
 from wakeline.core.state import DState, EntityState, Job
+
+#: The C writer (``wakeline/core/_ccodec.c``), when it was built and not switched off
+#: with ``WAKELINE_PURE_CODEC=1`` (benchmarks compare the two in one run).
+_c_encode_body: Any = None
+if not os.environ.get("WAKELINE_PURE_CODEC"):
+    try:
+        from wakeline.core import _ccodec
+    except ImportError:  # no C compiler at install time: the Python writer alone
+        _ccodec = None
+    else:
+        _ccodec.setup(Fact, DState, EntityState, Job)
+        _c_encode_body = _ccodec.encode_body
 
 V1 = 0x01
 V1_DEFLATED = 0x02
@@ -415,7 +428,22 @@ def encode_state(st: EntityState, *, identity: bool = False) -> bytes:
     """The compact stored form of ``st`` (version 1, deflated when large).
 
     Workspace and entity are left out (the table key names them) unless
-    ``identity`` is set."""
+    ``identity`` is set.  The body comes from the C writer when it is built and
+    handles ``st`` (it returns None for anything but the core's exact shapes), else
+    from :func:`encode_body`; the bytes are the same."""
+    body = _c_encode_body(st, identity) if _c_encode_body is not None else None
+    if body is None:
+        body = encode_body(st, identity)
+    if len(body) > DEFLATE_OVER:
+        c = zlib.compressobj(6, zlib.DEFLATED, -15)
+        packed = c.compress(memoryview(body)[1:]) + c.flush()
+        if len(packed) + 1 < len(body):
+            return bytes([V1_DEFLATED]) + packed
+    return bytes(body)
+
+
+def encode_body(st: EntityState, identity: bool = False) -> bytearray:
+    """The version-1 body of ``st``, not deflated: the specification of the C writer."""
     w = _Writer()
     out = w.out
     mask = 0
@@ -457,12 +485,7 @@ def encode_state(st: EntityState, *, identity: bool = False) -> bytes:
         w.val(st.alerted)
     if mask & _S_LSN:
         w.val(st.last_lsn)
-    if len(out) > DEFLATE_OVER:
-        c = zlib.compressobj(6, zlib.DEFLATED, -15)
-        packed = c.compress(memoryview(out)[1:]) + c.flush()
-        if len(packed) + 1 < len(out):
-            return bytes([V1_DEFLATED]) + packed
-    return bytes(out)
+    return out
 
 
 class _Reader:

@@ -244,7 +244,7 @@ class DerivationPlan:
         return None
 
 
-@dataclass
+@dataclass(slots=True)
 class Fact:
     """What the core remembers of one record: matches and values, not content."""
 

@@ -25,7 +25,7 @@ from typing import Any
 from wakeline.core.plan import Fact
 
 
-@dataclass
+@dataclass(slots=True)
 class Job:
     """A queued or running job of one mailbox.
 
@@ -57,7 +57,7 @@ class Job:
                    list(d.get("dedupe", [])), d.get("dispatched"))
 
 
-@dataclass
+@dataclass(slots=True)
 class DState:
     """One derivation's view of one entity: cursor mirror, counters, mailbox."""
 
@@ -90,7 +90,7 @@ class DState:
                    d.get("waiting_on"))
 
 
-@dataclass
+@dataclass(slots=True)
 class EntityState:
     workspace: str
     entity: str

@@ -1,0 +1,91 @@
+"""The state codec: µs per state to encode and decode, the C writer against codec.py's.
+
+States: what the core holds after the mixed workload of bench/core_throughput.py (N
+entities, 4 records each, runs completing). Every state is encoded by both writers,
+which must give the same bytes, then each pass is timed over all states (min of
+``--repeat``, the GC as the worker tunes it). Reference in the same run: the pure-Python
+writer (``codec.encode_body``, what ``encode_state`` ran before the C writer) and, for
+decoding, the Python reader.
+
+    python bench/codec.py [--entities 20000] [--repeat 5] [--tiny]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import tempfile
+import time
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _catalog import write as write_catalog  # noqa: E402
+from core_throughput import run_core, workload  # noqa: E402
+
+from wakeline.core import codec  # noqa: E402
+from wakeline.core.state import EntityState  # noqa: E402
+
+
+def timed(fn: Callable[[Any], Any], items: list[Any], repeat: int) -> float:
+    """Seconds per item, the best of ``repeat`` passes."""
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for x in items:
+            fn(x)
+        best = min(best, time.perf_counter() - t0)
+    return best / len(items)
+
+
+def python_encode(st: EntityState) -> bytes:
+    """encode_state with the Python writer (the same deflate step)."""
+    body = codec.encode_body(st)
+    if len(body) > codec.DEFLATE_OVER:
+        c = zlib.compressobj(6, zlib.DEFLATED, -15)
+        packed = c.compress(memoryview(body)[1:]) + c.flush()
+        if len(packed) + 1 < len(body):
+            return bytes([codec.V1_DEFLATED]) + packed
+    return bytes(body)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--entities", type=int, default=20_000)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--tiny", action="store_true")
+    a = ap.parse_args()
+    if a.tiny:
+        a.entities, a.repeat = 300, 1
+    if codec._c_encode_body is None:
+        sys.exit("the C writer is not built (or WAKELINE_PURE_CODEC is set): nothing to compare")
+    with tempfile.TemporaryDirectory() as tmp:
+        _, _, held = run_core(workload(a.entities, a.entities * 4), write_catalog(Path(tmp)))
+    states = list(held.values())
+    blobs = [codec.encode_state(s) for s in states]
+    mismatched = sum(b != python_encode(s) for s, b in zip(states, blobs, strict=True))
+    if mismatched:
+        sys.exit(f"{mismatched} states encode differently in C and in Python")
+    keys = [(b, s.workspace, s.entity) for s, b in zip(states, blobs, strict=True)]
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000)  # as the worker runs (streams/worker.py tune_gc)
+    us = 1e6
+    c_enc = timed(codec.encode_state, states, a.repeat) * us
+    py_enc = timed(python_encode, states, a.repeat) * us
+    py_dec = timed(lambda k: codec.decode_state(*k), keys, a.repeat) * us
+    size = sum(map(len, blobs)) / len(blobs)
+    print(f"states                 {len(states):,} (core workload over {a.entities:,} entities, "
+          f"{size:.0f} B stored on average, all equal in C and Python)")
+    print(f"encode_state, C writer  {c_enc:6.2f} us/state")
+    print(f"decode_state            {py_dec:6.2f} us/state")
+    print(f"reference: encode_state with the Python writer {py_enc:6.2f} us/state")
+    print(f"ratio encode C / Python  {c_enc / py_enc:.3f}")
+
+
+if __name__ == "__main__":
+    main()

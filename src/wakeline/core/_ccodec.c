@@ -1,0 +1,794 @@
+/* The state codec's encoder in C: the same bytes as wakeline/core/codec.py's _Writer.
+ *
+ * codec.py is the specification.  This module writes the version-1 body of an
+ * EntityState (the V1 byte, the mask, the sections) for the shapes the core makes:
+ * exact builtin types and the core's own classes.  For anything else it returns None
+ * and the caller encodes with the Python writer, which also raises the errors a bad
+ * state deserves.  Deflating large bodies stays in Python.  The differential tests
+ * (tests/unit/core/test_ccodec.py) hold the two to the same bytes.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include <structmember.h>
+
+/* value tags, as in codec.py */
+#define TG_NONE 0x80
+#define TG_FALSE 0x81
+#define TG_TRUE 0x82
+#define TG_UINT 0x83
+#define TG_NINT 0x84
+#define TG_FINT 0x85
+#define TG_FDELTA 0x86
+#define TG_F64 0x87
+#define TG_FSAME 0x88
+#define TG_STR 0x89
+#define TG_SREF 0x8A
+#define TG_LIST 0x8B
+#define TG_TUPLE 0x8C
+#define TG_DICT 0x8D
+#define TG_HEX 0x8E
+#define TUPS 16
+
+#define F_TOMB 1
+#define F_ACTIVE 2
+#define F_READY 4
+#define F_KEY 8
+#define F_DIGEST 16
+#define F_ARR_NONE 32
+#define F_ARR_OWN 64
+#define F_RAW 128
+
+#define S_FACTS 1
+#define S_UNREADY 2
+#define S_DS 4
+#define S_CENSUS 8
+#define S_ALERTED 16
+#define S_LSN 32
+#define S_IDENT 64
+
+#define J_SETTLE 1
+#define J_DEDUPE 2
+#define J_DISPATCHED 4
+#define J_ID_N 8
+
+#define V1 0x01
+
+/* w_* return 0 when written, -1 on an error (exception set), 1 when the value is not
+ * one this writer handles (no exception: the caller falls back to codec.py). */
+#define FALLBACK 1
+#define TRY(x)                 \
+    do {                       \
+        int rc_ = (x);         \
+        if (rc_) return rc_;   \
+    } while (0)
+
+static PyTypeObject *FactType, *DStateType, *EntityStateType, *JobType;
+
+static PyObject *s_to_bytes, *s_little, *s_bit_length;
+
+typedef struct {
+    unsigned char *buf;
+    Py_ssize_t len, cap;
+    /* strings seen, in order (their index is the back reference), with an open-addressing
+     * index over them; the tuples of ints remembered (at most TUPS) */
+    PyObject **sv;
+    Py_hash_t *sh;
+    Py_ssize_t sn, scap;
+    int32_t *slots;
+    Py_ssize_t nslots;
+    PyObject *tv[TUPS];
+    Py_hash_t th[TUPS];
+    int tn;
+    PyObject *sv0[16];
+    Py_hash_t sh0[16];
+    int32_t slots0[32];
+    int has_fbits;
+    int64_t fbits;
+    int64_t reg;
+    PyObject *ws, *ent;
+} W;
+
+static int grow(W *w, Py_ssize_t n) {
+    if (w->len + n <= w->cap) return 0;
+    Py_ssize_t cap = w->cap * 2;
+    if (cap < w->len + n) cap = w->len + n + 64;
+    unsigned char *b = PyMem_Realloc(w->buf, cap);
+    if (!b) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    w->buf = b;
+    w->cap = cap;
+    return 0;
+}
+
+static inline int put(W *w, unsigned char c) {
+    if (w->len >= w->cap && grow(w, 1)) return -1;
+    w->buf[w->len++] = c;
+    return 0;
+}
+
+static int put_bytes(W *w, const void *p, Py_ssize_t n) {
+    if (grow(w, n)) return -1;
+    memcpy(w->buf + w->len, p, n);
+    w->len += n;
+    return 0;
+}
+
+static int uvar(W *w, uint64_t n) {
+    if (grow(w, 10)) return -1;
+    while (n > 0x7F) {
+        w->buf[w->len++] = (unsigned char)((n & 0x7F) | 0x80);
+        n >>= 7;
+    }
+    w->buf[w->len++] = (unsigned char)n;
+    return 0;
+}
+
+/* uvar of a non-negative int of any size */
+static int uvar_big(W *w, PyObject *n) {
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(n, &overflow);
+    if (x == -1 && PyErr_Occurred()) return -1;
+    if (!overflow) return uvar(w, (uint64_t)x);
+    PyObject *bl = PyObject_CallMethodNoArgs(n, s_bit_length);
+    if (!bl) return -1;
+    Py_ssize_t nbits = PyLong_AsSsize_t(bl);
+    Py_DECREF(bl);
+    if (nbits < 0) return -1;
+    Py_ssize_t nbytes = (nbits + 7) / 8;
+    PyObject *args = Py_BuildValue("(nO)", nbytes, s_little);
+    if (!args) return -1;
+    PyObject *meth = PyObject_GetAttr(n, s_to_bytes);
+    PyObject *raw = meth ? PyObject_Call(meth, args, NULL) : NULL;
+    Py_XDECREF(meth);
+    Py_DECREF(args);
+    if (!raw) return -1;
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(raw);
+    Py_ssize_t groups = (nbits + 6) / 7;
+    int rc = grow(w, groups);
+    for (Py_ssize_t g = 0; rc == 0 && g < groups; g++) {
+        Py_ssize_t bit = g * 7;
+        unsigned v = 0;
+        for (int i = 0; i < 7; i++, bit++) {
+            if (bit < nbits && (p[bit >> 3] >> (bit & 7)) & 1) v |= 1u << i;
+        }
+        w->buf[w->len++] = (unsigned char)(g + 1 < groups ? v | 0x80 : v);
+    }
+    Py_DECREF(raw);
+    return rc;
+}
+
+static int w_val(W *w, PyObject *v);
+
+static int w_int64(W *w, int64_t x) {
+    if (x >= 0 && x < 64) return put(w, (unsigned char)x);
+    if (x >= 64) {
+        TRY(put(w, TG_UINT));
+        return uvar(w, (uint64_t)x - 64);
+    }
+    TRY(put(w, TG_NINT));
+    return uvar(w, (uint64_t)(-1 - x));
+}
+
+static int w_int(W *w, PyObject *v) {
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (x == -1 && PyErr_Occurred()) return -1;
+    if (!overflow) return w_int64(w, x);
+    PyObject *d;
+    if (overflow > 0) {
+        TRY(put(w, TG_UINT));
+        PyObject *k = PyLong_FromLong(64);
+        if (!k) return -1;
+        d = PyNumber_Subtract(v, k);
+        Py_DECREF(k);
+    } else {
+        TRY(put(w, TG_NINT));
+        PyObject *neg = PyNumber_Negative(v);
+        if (!neg) return -1;
+        PyObject *one = PyLong_FromLong(1);
+        d = one ? PyNumber_Subtract(neg, one) : NULL;
+        Py_XDECREF(one);
+        Py_DECREF(neg);
+    }
+    if (!d) return -1;
+    int rc = uvar_big(w, d);
+    Py_DECREF(d);
+    return rc;
+}
+
+static int w_flt(W *w, double v) {
+    const double max_exact = 9007199254740992.0; /* 2 ** 53 */
+    if (isfinite(v) && v == floor(v) && -max_exact < v && v < max_exact &&
+        (v != 0 || !signbit(v))) {
+        TRY(put(w, TG_FINT));
+        int64_t i = (int64_t)v;
+        return uvar(w, i >= 0 ? (uint64_t)i << 1 : ((uint64_t)(-i) << 1) - 1);
+    }
+    int64_t bits;
+    memcpy(&bits, &v, 8);
+    int had = w->has_fbits;
+    int64_t prev = w->fbits;
+    w->fbits = bits;
+    w->has_fbits = 1;
+    if (had) {
+        if (bits == prev) return put(w, TG_FSAME);
+        __int128 d = (__int128)bits - (__int128)prev;
+        unsigned __int128 z = d >= 0 ? (unsigned __int128)d << 1
+                                     : ((unsigned __int128)(-d) << 1) - 1;
+        if (z < ((unsigned __int128)1 << 49)) {
+            TRY(put(w, TG_FDELTA));
+            return uvar(w, (uint64_t)z);
+        }
+    }
+    TRY(put(w, TG_F64));
+    unsigned char le[8];
+    uint64_t u = (uint64_t)bits;
+    for (int i = 0; i < 8; i++) le[i] = (unsigned char)(u >> (8 * i));
+    return put_bytes(w, le, 8);
+}
+
+static inline int hexval(unsigned char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
+
+/* The index of string v among those written, or -1 after remembering it as the next one
+ * (codec.py's strs dict), or -2 on an error. */
+static Py_ssize_t str_index(W *w, PyObject *v) {
+    Py_hash_t h = PyObject_Hash(v);
+    if (h == -1) return -2;
+    size_t mask = (size_t)w->nslots - 1, j = (size_t)h & mask;
+    for (;; j = (j + 1) & mask) {
+        int32_t k = w->slots[j];
+        if (k < 0) break;
+        if (w->sh[k] != h) continue;
+        PyObject *o = w->sv[k];
+        if (o == v) return k;
+        int eq = PyUnicode_Compare(o, v);
+        if (eq == -1 && PyErr_Occurred()) return -2;
+        if (eq == 0) return k;
+    }
+    if (w->sn == w->scap) { /* grow the list */
+        Py_ssize_t cap = w->scap * 2;
+        PyObject **sv = PyMem_Malloc(cap * sizeof(PyObject *));
+        Py_hash_t *sh = PyMem_Malloc(cap * sizeof(Py_hash_t));
+        if (!sv || !sh) {
+            PyMem_Free(sv);
+            PyMem_Free(sh);
+            PyErr_NoMemory();
+            return -2;
+        }
+        memcpy(sv, w->sv, w->sn * sizeof(PyObject *));
+        memcpy(sh, w->sh, w->sn * sizeof(Py_hash_t));
+        if (w->sv != w->sv0) {
+            PyMem_Free(w->sv);
+            PyMem_Free(w->sh);
+        }
+        w->sv = sv;
+        w->sh = sh;
+        w->scap = cap;
+    }
+    Py_ssize_t k = w->sn++;
+    w->sv[k] = v; /* borrowed: the state holds it while the writer lives */
+    w->sh[k] = h;
+    if (w->sn * 2 > w->nslots) { /* rebuild the index at twice the size */
+        Py_ssize_t ns = w->nslots * 2;
+        int32_t *slots = PyMem_Malloc(ns * sizeof(int32_t));
+        if (!slots) {
+            PyErr_NoMemory();
+            return -2;
+        }
+        memset(slots, 0xff, ns * sizeof(int32_t));
+        for (Py_ssize_t q = 0; q < w->sn; q++) {
+            size_t p = (size_t)w->sh[q] & (size_t)(ns - 1);
+            while (slots[p] >= 0) p = (p + 1) & (size_t)(ns - 1);
+            slots[p] = (int32_t)q;
+        }
+        if (w->slots != w->slots0) PyMem_Free(w->slots);
+        w->slots = slots;
+        w->nslots = ns;
+    } else {
+        w->slots[j] = (int32_t)k;
+    }
+    return -1;
+}
+
+static int w_str(W *w, PyObject *v) {
+    Py_ssize_t i = str_index(w, v);
+    if (i == -2) return -1;
+    if (i >= 0) {
+        if (i < 64) return put(w, (unsigned char)(0xC0 | i));
+        TRY(put(w, TG_SREF));
+        return uvar(w, (uint64_t)i);
+    }
+    if (PyUnicode_READY(v)) return -1;
+    if (PyUnicode_IS_ASCII(v)) {
+        const unsigned char *s = PyUnicode_1BYTE_DATA(v);
+        Py_ssize_t n = PyUnicode_GET_LENGTH(v);
+        if (n >= 8 && !(n & 1)) {
+            Py_ssize_t q = 0;
+            while (q < n && hexval(s[q]) >= 0) q++;
+            if (q == n) {
+                TRY(put(w, TG_HEX));
+                TRY(uvar(w, (uint64_t)(n >> 1)));
+                if (grow(w, n >> 1)) return -1;
+                for (q = 0; q < n; q += 2)
+                    w->buf[w->len++] = (unsigned char)(hexval(s[q]) << 4 | hexval(s[q + 1]));
+                return 0;
+            }
+        }
+        if (n < 32) {
+            TRY(put(w, (unsigned char)(0x40 | n)));
+        } else {
+            TRY(put(w, TG_STR));
+            TRY(uvar(w, (uint64_t)n));
+        }
+        return put_bytes(w, s, n);
+    }
+    PyObject *b = PyUnicode_AsEncodedString(v, "utf-8", "surrogatepass");
+    if (!b) return -1;
+    Py_ssize_t n = PyBytes_GET_SIZE(b);
+    int rc;
+    if (n < 32) {
+        rc = put(w, (unsigned char)(0x40 | n));
+    } else {
+        rc = put(w, TG_STR);
+        if (!rc) rc = uvar(w, (uint64_t)n);
+    }
+    if (!rc) rc = put_bytes(w, PyBytes_AS_STRING(b), n);
+    Py_DECREF(b);
+    return rc;
+}
+
+static int w_items(W *w, PyObject *const *items, Py_ssize_t n, int is_list) {
+    if (n < 16) {
+        TRY(put(w, (unsigned char)((is_list ? 0x60 : 0x70) | n)));
+    } else {
+        TRY(put(w, is_list ? TG_LIST : TG_TUPLE));
+        TRY(uvar(w, (uint64_t)n));
+    }
+    for (Py_ssize_t i = 0; i < n; i++) TRY(w_val(w, items[i]));
+    return 0;
+}
+
+static int w_dict(W *w, PyObject *v) {
+    Py_ssize_t n = PyDict_GET_SIZE(v);
+    if (n < 16) {
+        TRY(put(w, (unsigned char)(0x90 | n)));
+    } else {
+        TRY(put(w, TG_DICT));
+        TRY(uvar(w, (uint64_t)n));
+    }
+    Py_ssize_t pos = 0;
+    PyObject *k, *x;
+    while (PyDict_Next(v, &pos, &k, &x)) {
+        TRY(w_val(w, k));
+        TRY(w_val(w, x));
+    }
+    return 0;
+}
+
+static int w_tuple(W *w, PyObject *v) {
+    Py_ssize_t n = PyTuple_GET_SIZE(v);
+    PyObject *const *items = &PyTuple_GET_ITEM(v, 0);
+    int ints = 1;
+    for (Py_ssize_t i = 0; i < n && ints; i++) ints = PyLong_CheckExact(items[i]);
+    if (ints) {
+        Py_hash_t h = PyObject_Hash(v);
+        if (h == -1) return -1;
+        for (int i = 0; i < w->tn; i++) {
+            if (w->th[i] != h) continue;
+            int eq = w->tv[i] == v ? 1 : PyObject_RichCompareBool(w->tv[i], v, Py_EQ);
+            if (eq < 0) return -1;
+            if (eq) return put(w, (unsigned char)(0xA0 | i));
+        }
+        if (w->tn < TUPS) { /* borrowed: the state holds it while the writer lives */
+            w->tv[w->tn] = v;
+            w->th[w->tn++] = h;
+        }
+    }
+    return w_items(w, items, n, 0);
+}
+
+static int w_val(W *w, PyObject *v) {
+    PyTypeObject *t = Py_TYPE(v);
+    if (t == &PyUnicode_Type) return w_str(w, v);
+    if (t == &PyLong_Type) return w_int(w, v);
+    if (t == &PyFloat_Type) return w_flt(w, PyFloat_AS_DOUBLE(v));
+    if (v == Py_None) return put(w, TG_NONE);
+    if (t == &PyBool_Type) return put(w, v == Py_True ? TG_TRUE : TG_FALSE);
+    if (t == &PyTuple_Type) return w_tuple(w, v);
+    if (t == &PyList_Type) return w_items(w, &PyList_GET_ITEM(v, 0), PyList_GET_SIZE(v), 1);
+    if (t == &PyDict_Type) return w_dict(w, v);
+    return FALLBACK; /* a subclass or a type the codec rejects: codec.py decides */
+}
+
+/* a sequence number or watermark: the delta from the previous one */
+static int w_seq(W *w, PyObject *s) {
+    if (!PyLong_CheckExact(s)) {
+        TRY(put(w, TG_NONE));
+        return w_val(w, s);
+    }
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(s, &overflow);
+    if (x == -1 && PyErr_Occurred()) return -1;
+    if (overflow) return FALLBACK;
+    __int128 d = (__int128)x - (__int128)w->reg;
+    if (d > INT64_MAX || d < INT64_MIN) return FALLBACK;
+    w->reg = x;
+    return w_int64(w, (int64_t)d);
+}
+
+/* attributes of the object being written, released together */
+typedef struct {
+    PyObject *o[12];
+    int n;
+} Attrs;
+
+static void attrs_clear(Attrs *a) {
+    for (int i = 0; i < a->n; i++) Py_CLEAR(a->o[i]);
+    a->n = 0;
+}
+
+/* A class's fields: their names and, for a slotted class, their slots' offsets (read
+ * directly: a GetAttr through the type's descriptors costs ~20x more). */
+typedef struct {
+    int n;
+    const char *names[12];
+    PyObject *interned[12];
+    Py_ssize_t offs[12]; /* -1: read by name */
+} Cls;
+
+static Cls C_ST = {8, {"workspace", "entity", "facts", "unready", "ds", "census_base", "alerted",
+                       "last_lsn"}};
+static Cls C_FACT = {11, {"seq", "coll", "key", "tomb", "active", "digest", "ready", "arrived",
+                          "created", "drive", "cond"}};
+static Cls C_DS = {11, {"w", "last_success", "handled", "last_run", "total", "queued", "running",
+                        "dead", "jobs_made", "cron_last", "waiting_on"}};
+static Cls C_JOB = {6, {"id", "reasons", "created", "settle", "dedupe", "dispatched"}};
+
+static int cls_setup(Cls *c, PyTypeObject *t) {
+    for (int i = 0; i < c->n; i++) {
+        if (!c->interned[i] && !(c->interned[i] = PyUnicode_InternFromString(c->names[i])))
+            return -1;
+        c->offs[i] = -1;
+        PyObject *d = PyDict_GetItemWithError(t->tp_dict, c->interned[i]);
+        if (!d && PyErr_Occurred()) return -1;
+        if (d && Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+            PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+            if (m->type == T_OBJECT_EX) c->offs[i] = m->offset;
+        }
+    }
+    return 0;
+}
+
+/* out[i] = obj's field i, owned by a (released together) */
+static int fields(Attrs *a, PyObject *obj, const Cls *c, PyObject **out) {
+    for (int i = 0; i < c->n; i++) {
+        PyObject *v;
+        if (c->offs[i] >= 0 && (v = *(PyObject **)((char *)obj + c->offs[i])) != NULL) {
+            Py_INCREF(v);
+        } else if (!(v = PyObject_GetAttr(obj, c->interned[i]))) {
+            return -1;
+        }
+        a->o[a->n++] = v;
+        out[i] = v;
+    }
+    return 0;
+}
+
+static int same_value(PyObject *a, PyObject *b) {
+    /* codec._same for a != b by identity and not both floats: 1 same, 0 not, -1 error,
+     * 2 for a type this writer does not compare */
+    PyTypeObject *t = Py_TYPE(a);
+    if (t != Py_TYPE(b)) return 0;
+    if (t == &PyLong_Type || t == &PyUnicode_Type || t == &PyBool_Type)
+        return PyObject_RichCompareBool(a, b, Py_EQ);
+    return 2;
+}
+
+static int w_fact_body(W *w, PyObject *k, PyObject *f, Attrs *a) {
+    PyObject *v[11];
+    if (fields(a, f, &C_FACT, v)) return -1;
+    PyObject *seq = v[0], *coll = v[1], *key = v[2], *tomb = v[3], *active = v[4],
+             *digest = v[5], *ready = v[6], *arrived = v[7], *created = v[8], *drive = v[9],
+             *cond = v[10];
+    int eq = 0;
+    if (PyBool_Check(tomb) && PyBool_Check(active) && PyBool_Check(ready) &&
+        PyLong_CheckExact(seq) && PyLong_CheckExact(k)) {
+        eq = PyObject_RichCompareBool(k, seq, Py_EQ);
+        if (eq < 0) return -1;
+    }
+    if (!eq) {
+        TRY(put(w, F_RAW));
+        PyObject *all[12] = {k, seq, coll, key, tomb, active, digest, ready, arrived, created,
+                             drive, cond};
+        for (int i = 0; i < 12; i++) TRY(w_val(w, all[i]));
+        return 0;
+    }
+    int flags = (tomb == Py_True ? F_TOMB : 0) | (active == Py_True ? F_ACTIVE : 0) |
+                (ready == Py_True ? F_READY : 0);
+    if (key != Py_None) flags |= F_KEY;
+    if (!(PyUnicode_CheckExact(digest) && PyUnicode_GET_LENGTH(digest) == 0)) flags |= F_DIGEST;
+    if (arrived == Py_None) {
+        flags |= F_ARR_NONE;
+    } else if (arrived != created) {
+        if (PyFloat_CheckExact(arrived) && PyFloat_CheckExact(created)) {
+            double x = PyFloat_AS_DOUBLE(arrived), y = PyFloat_AS_DOUBLE(created);
+            if (memcmp(&x, &y, 8) != 0) flags |= F_ARR_OWN;
+        } else {
+            int s = same_value(arrived, created);
+            if (s < 0) return -1;
+            if (s == 2) return FALLBACK;
+            if (!s) flags |= F_ARR_OWN;
+        }
+    }
+    TRY(put(w, (unsigned char)flags));
+    TRY(w_seq(w, k));
+    TRY(w_val(w, coll));
+    if (flags & F_KEY) TRY(w_val(w, key));
+    if (flags & F_DIGEST) TRY(w_val(w, digest));
+    TRY(w_val(w, created));
+    if (flags & F_ARR_OWN) TRY(w_val(w, arrived));
+    TRY(w_val(w, drive));
+    return w_val(w, cond);
+}
+
+static int w_fact(W *w, PyObject *k, PyObject *f) {
+    if (Py_TYPE(f) != FactType) return FALLBACK;
+    Attrs a = {.n = 0};
+    int rc = w_fact_body(w, k, f, &a);
+    attrs_clear(&a);
+    return rc;
+}
+
+static int is_empty_list(PyObject *v) { return PyList_CheckExact(v) && PyList_GET_SIZE(v) == 0; }
+
+static int w_job_body(W *w, PyObject *j, PyObject *name, Attrs *a) {
+    PyObject *v[6];
+    if (fields(a, j, &C_JOB, v)) return -1;
+    PyObject *id = v[0], *reasons = v[1], *created = v[2], *settle = v[3], *dedupe = v[4],
+             *dispatched = v[5];
+    int mask = 0;
+    if (!is_empty_list(settle)) mask |= J_SETTLE;
+    if (!is_empty_list(dedupe)) mask |= J_DEDUPE;
+    if (dispatched != Py_None) mask |= J_DISPATCHED;
+    PyObject *n = NULL;
+    if (PyUnicode_CheckExact(id)) {
+        PyObject *prefix = PyUnicode_FromFormat("%U/%U/%U/", w->ws, name, w->ent);
+        if (!prefix) return -1;
+        Py_ssize_t plen = PyUnicode_GET_LENGTH(prefix), ilen = PyUnicode_GET_LENGTH(id);
+        int starts = ilen > plen ? (int)PyUnicode_Tailmatch(id, prefix, 0, plen, -1) : 0;
+        Py_DECREF(prefix);
+        if (starts < 0) return -1;
+        if (starts) {
+            PyObject *tail = PyUnicode_Substring(id, plen, ilen);
+            if (!tail) return -1;
+            int digits = PyUnicode_IS_ASCII(tail);
+            const unsigned char *s = digits ? PyUnicode_1BYTE_DATA(tail) : NULL;
+            Py_ssize_t tn = ilen - plen;
+            for (Py_ssize_t i = 0; digits && i < tn; i++) digits = s[i] >= '0' && s[i] <= '9';
+            /* str(int(tail)) == tail: no leading zero but in "0" itself */
+            if (digits && (tn == 1 || s[0] != '0')) n = PyLong_FromUnicodeObject(tail, 10);
+            Py_DECREF(tail);
+            if (!n && PyErr_Occurred()) return -1;
+            if (n) {
+                a->o[a->n++] = n;
+                mask |= J_ID_N;
+            }
+        }
+    }
+    TRY(put(w, (unsigned char)mask));
+    TRY(w_val(w, n ? n : id));
+    TRY(w_val(w, reasons));
+    TRY(w_val(w, created));
+    if (mask & J_SETTLE) TRY(w_val(w, settle));
+    if (mask & J_DEDUPE) TRY(w_val(w, dedupe));
+    if (mask & J_DISPATCHED) TRY(w_val(w, dispatched));
+    return 0;
+}
+
+static int w_job(W *w, PyObject *j, PyObject *name) {
+    if (Py_TYPE(j) != JobType) return FALLBACK;
+    Attrs a = {.n = 0};
+    int rc = w_job_body(w, j, name, &a);
+    attrs_clear(&a);
+    return rc;
+}
+
+/* type(x) is int and x == 0 */
+static int is_int_zero(PyObject *x) { return PyLong_CheckExact(x) && PyObject_Not(x) == 1; }
+
+static int w_dstate_body(W *w, PyObject *name, PyObject *d, Attrs *a) {
+    PyObject *v[11];
+    if (fields(a, d, &C_DS, v)) return -1;
+    PyObject *dw = v[0], *ls = v[1], *handled = v[2], *lr = v[3], *total = v[4], *queued = v[5],
+             *running = v[6], *dead = v[7], *jm = v[8], *cron = v[9], *wo = v[10];
+    unsigned mask = 0;
+    if (!is_int_zero(dw)) mask |= 1;
+    if (ls != Py_None) mask |= 2;
+    if (handled != Py_None) mask |= 4;
+    if (lr != Py_None) mask |= 8;
+    if (!is_int_zero(total)) mask |= 16;
+    if (queued != Py_None) mask |= 32;
+    if (running != Py_None) mask |= 64;
+    if (dead != Py_False) mask |= 128;
+    if (!is_int_zero(jm)) mask |= 256;
+    if (!(PyDict_CheckExact(cron) && PyDict_GET_SIZE(cron) == 0)) mask |= 512;
+    if (wo != Py_None) mask |= 1024;
+    TRY(uvar(w, mask));
+    if (mask & 1) TRY(w_seq(w, dw));
+    if (mask & 2) TRY(w_val(w, ls));
+    if (mask & 4) TRY(w_val(w, handled));
+    if (mask & 8) TRY(w_val(w, lr));
+    if (mask & 16) TRY(w_val(w, total));
+    if (mask & 32) TRY(w_job(w, queued, name));
+    if (mask & 64) TRY(w_job(w, running, name));
+    if (mask & 128) TRY(w_val(w, dead));
+    if (mask & 256) TRY(w_val(w, jm));
+    if (mask & 512) TRY(w_val(w, cron));
+    if (mask & 1024) TRY(w_val(w, wo));
+    return 0;
+}
+
+static int w_dstate(W *w, PyObject *name, PyObject *d) {
+    if (Py_TYPE(d) != DStateType || !PyUnicode_CheckExact(name)) return FALLBACK;
+    TRY(w_val(w, name));
+    Attrs a = {.n = 0};
+    int rc = w_dstate_body(w, name, d, &a);
+    attrs_clear(&a);
+    return rc;
+}
+
+static int truthy_dict(PyObject *v) { return PyDict_GET_SIZE(v) > 0; }
+
+static int w_state(W *w, PyObject *st, int identity, Attrs *a) {
+    PyObject *fv[8];
+    if (fields(a, st, &C_ST, fv)) return -1;
+    PyObject *facts = fv[2], *unready = fv[3], *ds = fv[4], *census = fv[5], *alerted = fv[6],
+             *lsn = fv[7];
+    w->ws = fv[0];
+    w->ent = fv[1];
+    if (!PyUnicode_CheckExact(w->ws) || !PyUnicode_CheckExact(w->ent) ||
+        !PyDict_CheckExact(facts) || !PyDict_CheckExact(unready) || !PyDict_CheckExact(ds) ||
+        !PyDict_CheckExact(census))
+        return FALLBACK;
+    int mask = identity ? S_IDENT : 0;
+    if (truthy_dict(facts)) mask |= S_FACTS;
+    if (truthy_dict(unready)) mask |= S_UNREADY;
+    if (truthy_dict(ds)) mask |= S_DS;
+    if (truthy_dict(census)) mask |= S_CENSUS;
+    if (!is_empty_list(alerted)) mask |= S_ALERTED;
+    int lsn_zero = 0;
+    if (PyLong_CheckExact(lsn)) {
+        int overflow;
+        long long x = PyLong_AsLongLongAndOverflow(lsn, &overflow);
+        if (x == -1 && PyErr_Occurred()) return -1;
+        lsn_zero = !overflow && x == 0;
+    }
+    if (!lsn_zero) mask |= S_LSN;
+    TRY(put(w, V1));
+    TRY(put(w, (unsigned char)mask));
+    if (identity) {
+        TRY(w_val(w, w->ws));
+        TRY(w_val(w, w->ent));
+    }
+    Py_ssize_t pos;
+    PyObject *k, *v;
+    if (mask & S_FACTS) {
+        TRY(uvar(w, (uint64_t)PyDict_GET_SIZE(facts)));
+        pos = 0;
+        while (PyDict_Next(facts, &pos, &k, &v)) TRY(w_fact(w, k, v));
+    }
+    if (mask & S_UNREADY) {
+        TRY(uvar(w, (uint64_t)PyDict_GET_SIZE(unready)));
+        pos = 0;
+        while (PyDict_Next(unready, &pos, &k, &v)) {
+            TRY(w_seq(w, k));
+            TRY(w_val(w, v));
+        }
+    }
+    if (mask & S_DS) {
+        TRY(uvar(w, (uint64_t)PyDict_GET_SIZE(ds)));
+        pos = 0;
+        while (PyDict_Next(ds, &pos, &k, &v)) TRY(w_dstate(w, k, v));
+    }
+    if (mask & S_CENSUS) TRY(w_val(w, census));
+    if (mask & S_ALERTED) TRY(w_val(w, alerted));
+    if (mask & S_LSN) TRY(w_val(w, lsn));
+    return 0;
+}
+
+PyDoc_STRVAR(encode_body_doc,
+             "encode_body(st, identity) -> bytes | None\n\n"
+             "The version-1 body of an EntityState, undeflated, as codec.py writes it; None "
+             "when st holds something only codec.py handles.");
+
+static PyObject *encode_body(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "encode_body(st, identity)");
+        return NULL;
+    }
+    if (!FactType) {
+        PyErr_SetString(PyExc_RuntimeError, "_ccodec.setup() was not called");
+        return NULL;
+    }
+    PyObject *st = args[0];
+    if (Py_TYPE(st) != EntityStateType) Py_RETURN_NONE;
+    int identity = PyObject_IsTrue(args[1]);
+    if (identity < 0) return NULL;
+    W w = {0};
+    w.cap = 256;
+    w.buf = PyMem_Malloc(w.cap);
+    w.sv = w.sv0;
+    w.sh = w.sh0;
+    w.scap = 16;
+    w.slots = w.slots0;
+    w.nslots = 32;
+    memset(w.slots0, 0xff, sizeof w.slots0);
+    PyObject *out = NULL;
+    Attrs a = {.n = 0};
+    if (w.buf) {
+        int rc = w_state(&w, st, identity, &a);
+        if (rc == 0) {
+            out = PyBytes_FromStringAndSize((const char *)w.buf, w.len);
+        } else if (rc == FALLBACK) {
+            out = Py_NewRef(Py_None);
+        }
+    } else {
+        PyErr_NoMemory();
+    }
+    attrs_clear(&a);
+    PyMem_Free(w.buf);
+    if (w.sv != w.sv0) {
+        PyMem_Free(w.sv);
+        PyMem_Free(w.sh);
+    }
+    if (w.slots != w.slots0) PyMem_Free(w.slots);
+    return out;
+}
+
+static PyObject *setup(PyObject *self, PyObject *args) {
+    PyObject *f, *d, *e, *j;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!", &PyType_Type, &f, &PyType_Type, &d, &PyType_Type, &e,
+                          &PyType_Type, &j))
+        return NULL;
+    Py_XSETREF(FactType, (PyTypeObject *)Py_NewRef(f));
+    Py_XSETREF(DStateType, (PyTypeObject *)Py_NewRef(d));
+    Py_XSETREF(EntityStateType, (PyTypeObject *)Py_NewRef(e));
+    Py_XSETREF(JobType, (PyTypeObject *)Py_NewRef(j));
+    if (cls_setup(&C_FACT, FactType) || cls_setup(&C_DS, DStateType) ||
+        cls_setup(&C_ST, EntityStateType) || cls_setup(&C_JOB, JobType))
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"encode_body", (PyCFunction)(void (*)(void))encode_body, METH_FASTCALL, encode_body_doc},
+    {"setup", setup, METH_VARARGS, "setup(Fact, DState, EntityState, Job): the core's classes"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "wakeline.core._ccodec",
+    "The state codec's hot paths in C (wakeline.core.codec is the specification).", -1,
+    methods,
+};
+
+#define INTERN(var, text)                                  \
+    do {                                                   \
+        if (!((var) = PyUnicode_InternFromString(text))) return NULL; \
+    } while (0)
+
+PyMODINIT_FUNC PyInit__ccodec(void) {
+    INTERN(s_to_bytes, "to_bytes");
+    INTERN(s_little, "little");
+    INTERN(s_bit_length, "bit_length");
+    return PyModule_Create(&module);
+}

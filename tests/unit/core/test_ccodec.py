@@ -1,0 +1,186 @@
+"""The C state writer (wakeline/core/_ccodec.c) against its specification, the Python
+writer of wakeline.core.codec: the same bytes for every state, or None (and the Python
+writer) for shapes it leaves to codec.py."""
+
+from __future__ import annotations
+
+import gc
+import math
+import os
+import random
+import tracemalloc
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.unit.core.helpers import sim_for
+from tests.unit.core.test_codec import MORE, OLD_STATE, states, values
+from tests.unit.core.test_state import random_history
+from wakeline.core import codec
+from wakeline.core.codec import decode_state, encode_body, encode_state
+from wakeline.core.plan import Fact
+from wakeline.core.state import DState, EntityState, Job
+
+try:
+    from wakeline.core import _ccodec
+except ImportError:  # pragma: no cover - exercised only where no C compiler ran
+    _ccodec = None
+
+pytestmark = pytest.mark.skipif(_ccodec is None and not os.environ.get("CI"),
+                                reason="the C writer was not built (no C compiler at install)")
+
+
+def test_the_c_writer_is_built_and_used():
+    """CI's machine has a C compiler, so the install must have built the writer, and
+    encode_state must use it (unless switched off for a benchmark)."""
+    assert _ccodec is not None, "wakeline.core._ccodec was not built by `pip install`"
+    if not os.environ.get("WAKELINE_PURE_CODEC"):
+        assert codec._c_encode_body is _ccodec.encode_body
+
+
+def same(state: EntityState) -> bytes:
+    for identity in (False, True):
+        c = _ccodec.encode_body(state, identity)
+        assert c is not None, "the core's shapes are the C writer's"
+        assert c == encode_body(state, identity)
+    return c
+
+
+def test_a_hand_written_state():
+    same(OLD_STATE)
+    same(EntityState("w", "e"))
+
+
+@settings(max_examples=400, deadline=None)
+@given(states())
+def test_arbitrary_states_give_the_same_bytes(state):
+    same(state)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(values, min_size=1, max_size=40))
+def test_arbitrary_values_give_the_same_bytes(vals):
+    vals = vals + [f"s{i}" for i in range(70)] + [(i, i) for i in range(20)] + vals
+    same(EntityState("w", "e", unready={1: vals}, census_base={3: vals}))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**32), st.integers(5, 40))
+def test_every_state_the_core_makes_gives_the_same_bytes(tmp_path_factory, seed, steps):
+    rnd = random.Random(seed)
+    sim = sim_for(tmp_path_factory.mktemp("cat"), MORE, run_duration=rnd.choice([0.0, 45.0]))
+    random_history(sim, rnd, steps)
+    sim.advance(rnd.choice([5, 100, 4000]))
+    assert sim.states
+    for state in sim.states.values():
+        same(state)
+
+
+EDGES: list[Any] = [
+    0, 63, 64, 65, -1, -64, 2**63 - 1, 2**63, 2**64 + 63, 2**64 + 64, 2**127 + 5, -(2**63),
+    -(2**63) - 1, -(2**100), 0.0, -0.0, 1.0, -3.0, 2.0**53, -(2.0**53), 2.0**53 - 1, 1e300,
+    5e-324, math.inf, -math.inf, math.nan, 1784451600.5, 1784451600.25, 1784451600.25,
+    -1784451600.25, "", "a", "x" * 31, "x" * 32, "é" * 20, "\ud800x", "0123abcd", "0123ABCD",
+    "0123abc", "0123abcde", "ab" * 40, True, False, None, (), [], {}, (1, 2), (1, True),
+    (1.0, 2), tuple(range(20)), list(range(20)), {i: i for i in range(20)},
+    {"k": [1, (2, 3)], 5: None},
+]
+
+
+def test_edge_values_give_the_same_bytes():
+    same(EntityState("w", "e", unready={1: EDGES, 2: list(reversed(EDGES))}))
+    for v in EDGES:
+        same(EntityState("w", "e", census_base={0: v}, alerted=[v], last_lsn=v))
+
+
+@pytest.mark.parametrize("jid", [
+    "ws/d/ent/0", "ws/d/ent/7", "ws/d/ent/07", "ws/d/ent/00", "ws/d/ent/", "ws/d/ent/1x",
+    "ws/d/ent/" + "9" * 40, "ws/d/ent/\u0661", "ws/d/other/3", "x", "ws/d/ent/-1",
+    "ws/d/ent/1_0", "ws/d/ent/ 1", "wś/d/ent/3"])
+def test_job_ids_give_the_same_bytes(jid):
+    for ws in ("ws", "wś"):
+        job = Job(jid.replace("ws/", f"{ws}/", 1), {"r": 1.5}, 2.0, ["a"], [], 3.0)
+        same(EntityState(ws, "ent", ds={"d": DState(queued=job, running=job)}))
+
+
+def test_raw_facts_and_odd_field_types_give_the_same_bytes():
+    fs = {
+        3: Fact(4, "main", None, False, True, "", True, None, 1.0, (0,), {}),  # key != seq
+        5: Fact(5, "main", None, 0, True, "", True, None, 1.0, (0,), {}),  # int, not bool
+        "x": Fact(6, "main", None, False, True, "", True, None, 1.0, (0,), {}),
+        7: Fact(7, "main", "k", False, True, 12, True, 7, 7, [0, 1], {1: [1.5]}),
+        8: Fact(8, "main", "k", False, True, "", True, 7, 7.0, (), {}),
+        9: Fact(9, "main", "k", False, True, "", True, "a", "a", (), {}),
+        10: Fact(10, "main", "k", False, True, "", True, True, 1, (), {}),
+        11: Fact(11, "main", "k", False, True, "", True, 2**70, 2**70, (), {}),
+    }
+    ds = {"d": DState(w="x", total=2**70, dead=None, jobs_made=-1, waiting_on=2**70,
+                      cron_last=[]), "e": DState(w=2**40, total=False)}
+    same(EntityState("w", "e", facts=fs, ds=ds, unready={2**40: [], "u": [], 3: []},
+                     alerted=(1,), last_lsn=None))
+
+
+class Sub(int):
+    pass
+
+
+class Odd:
+    pass
+
+
+@pytest.mark.parametrize("state", [
+    EntityState("w", "e", unready={1: [Sub(3)]}),
+    EntityState("w", "e", unready={1: [{"a": frozenset()}]}),
+    EntityState("w", "e", facts={1: ("not", "a", "fact")}),
+    EntityState("w", "e", unready={2**64: []}),  # a sequence number beyond 64 bits
+    EntityState("w", "e", ds={1: DState()}),  # a derivation name that is not a str
+    EntityState("w", "e", facts=[]),
+], ids=["int-subclass", "frozenset", "not-a-fact", "huge-seq", "int-name", "facts-list"])
+def test_shapes_left_to_the_python_writer(state):
+    assert _ccodec.encode_body(state, False) is None
+    try:
+        expected = bytes(encode_body(state))
+    except (TypeError, AttributeError) as exc:  # codec.py's own verdict on the shape
+        with pytest.raises(type(exc)):
+            encode_state(state)
+    else:
+        assert encode_state(state) == expected
+
+
+def test_a_job_that_is_not_a_job_is_the_python_writers_error():
+    state = EntityState("w", "e", ds={"d": DState(queued=Odd())})  # type: ignore[arg-type]
+    assert _ccodec.encode_body(state, False) is None
+    with pytest.raises(TypeError, match="not a Job"):
+        encode_state(state)
+
+
+def test_deflated_states_are_unchanged_and_decode():
+    big = EntityState("w", "e", unready={i: [1784451600.0 + i, (0, 1)] for i in range(60)})
+    data = encode_state(big)
+    assert data[0] == codec.V1_DEFLATED
+    assert decode_state(data, "w", "e") == big
+
+
+def test_no_memory_is_kept_between_calls():
+    """Every object the writer touches is released: repeated encodes of a state with
+    every path (big ints, job ids, back references, fallbacks) hold no memory."""
+    state = EntityState("ws", "ent", unready={1: EDGES},
+                        ds={"d": DState(w=3, queued=Job("ws/d/ent/12", {"r": 1.0}, 2.0))},
+                        facts={1: Fact(1, "main", "k", False, True, "ab" * 8, True, 1.5, 1.0,
+                                       (0, 1), {0: True})}, last_lsn=2**100)
+    odd = EntityState("w", "e", unready={1: [1, "x", Sub(3)]})
+    for _ in range(200):
+        _ccodec.encode_body(state, True)
+        _ccodec.encode_body(odd, False)
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for _ in range(5000):
+        _ccodec.encode_body(state, True)
+        _ccodec.encode_body(odd, False)
+    gc.collect()
+    grown = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert grown < 20_000, f"{grown} bytes kept after 10,000 calls"
