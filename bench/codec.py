@@ -1,11 +1,12 @@
-"""The state codec: µs per state to encode and decode, the C writer against codec.py's.
+"""The state codec: µs per state to encode and decode, the C side against codec.py's.
 
 States: what the core holds after the mixed workload of bench/core_throughput.py (N
 entities, 4 records each, runs completing). Every state is encoded by both writers,
-which must give the same bytes, then each pass is timed over all states (min of
-``--repeat``, the GC as the worker tunes it). Reference in the same run: the pure-Python
-writer (``codec.encode_body``, what ``encode_state`` ran before the C writer) and, for
-decoding, the Python reader.
+which must give the same bytes, and read back by both readers, which must give the same
+states; then each pass is timed over all states (min of ``--repeat``, the GC as the worker
+tunes it). Reference in the same run: the pure-Python writer and reader
+(``codec.encode_body`` / ``codec.decode_body``, what ``encode_state`` / ``decode_state`` ran
+before the C side), with the same deflate step.
 
     python bench/codec.py [--entities 20000] [--repeat 5] [--tiny]
 """
@@ -53,6 +54,14 @@ def python_encode(st: EntityState) -> bytes:
     return bytes(body)
 
 
+def python_decode(k: tuple[bytes, str, str]) -> EntityState:
+    """decode_state with the Python reader (the same inflate step)."""
+    data, ws, ent = k
+    if data[0] == codec.V1_DEFLATED:
+        data = bytes([codec.V1]) + zlib.decompress(memoryview(data)[1:], -15)
+    return codec.decode_body(data, ws, ent)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--entities", type=int, default=20_000)
@@ -61,8 +70,8 @@ def main() -> None:
     a = ap.parse_args()
     if a.tiny:
         a.entities, a.repeat = 300, 1
-    if codec._c_encode_body is None:
-        sys.exit("the C writer is not built (or WAKELINE_PURE_CODEC is set): nothing to compare")
+    if codec._c_encode_body is None or codec._c_decode_body is None:
+        sys.exit("the C side is not built (or WAKELINE_PURE_CODEC is set): nothing to compare")
     with tempfile.TemporaryDirectory() as tmp:
         _, _, held = run_core(workload(a.entities, a.entities * 4), write_catalog(Path(tmp)))
     states = list(held.values())
@@ -71,20 +80,24 @@ def main() -> None:
     if mismatched:
         sys.exit(f"{mismatched} states encode differently in C and in Python")
     keys = [(b, s.workspace, s.entity) for s, b in zip(states, blobs, strict=True)]
+    if any(codec.decode_state(*k) != python_decode(k) for k in keys):
+        sys.exit("the C and Python readers disagree")
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000)  # as the worker runs (streams/worker.py tune_gc)
     us = 1e6
     c_enc = timed(codec.encode_state, states, a.repeat) * us
     py_enc = timed(python_encode, states, a.repeat) * us
-    py_dec = timed(lambda k: codec.decode_state(*k), keys, a.repeat) * us
+    c_dec = timed(lambda k: codec.decode_state(*k), keys, a.repeat) * us
+    py_dec = timed(python_decode, keys, a.repeat) * us
     size = sum(map(len, blobs)) / len(blobs)
     print(f"states                 {len(states):,} (core workload over {a.entities:,} entities, "
           f"{size:.0f} B stored on average, all equal in C and Python)")
     print(f"encode_state, C writer  {c_enc:6.2f} us/state")
-    print(f"decode_state            {py_dec:6.2f} us/state")
-    print(f"reference: encode_state with the Python writer {py_enc:6.2f} us/state")
-    print(f"ratio encode C / Python  {c_enc / py_enc:.3f}")
+    print(f"decode_state, C reader  {c_dec:6.2f} us/state")
+    print(f"reference: the Python writer {py_enc:6.2f} us/state, the Python reader "
+          f"{py_dec:6.2f} us/state")
+    print(f"ratio C / Python: encode {c_enc / py_enc:.3f}, decode {c_dec / py_dec:.3f}")
 
 
 if __name__ == "__main__":

@@ -443,6 +443,7 @@ typedef struct {
     const char *names[12];
     PyObject *interned[12];
     Py_ssize_t offs[12]; /* -1: read by name */
+    int direct;          /* every field a slot and no __post_init__: built by the reader */
 } Cls;
 
 static Cls C_ST = {8, {"workspace", "entity", "facts", "unready", "ds", "census_base", "alerted",
@@ -454,6 +455,7 @@ static Cls C_DS = {11, {"w", "last_success", "handled", "last_run", "total", "qu
 static Cls C_JOB = {6, {"id", "reasons", "created", "settle", "dedupe", "dispatched"}};
 
 static int cls_setup(Cls *c, PyTypeObject *t) {
+    c->direct = !PyObject_HasAttrString((PyObject *)t, "__post_init__");
     for (int i = 0; i < c->n; i++) {
         if (!c->interned[i] && !(c->interned[i] = PyUnicode_InternFromString(c->names[i])))
             return -1;
@@ -464,6 +466,7 @@ static int cls_setup(Cls *c, PyTypeObject *t) {
             PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
             if (m->type == T_OBJECT_EX) c->offs[i] = m->offset;
         }
+        if (c->offs[i] < 0) c->direct = 0;
     }
     return 0;
 }
@@ -754,6 +757,606 @@ static PyObject *encode_body(PyObject *self, PyObject *const *args, Py_ssize_t n
     return out;
 }
 
+/* -- the reader ----------------------------------------------------------------------------
+ * r_* return 0 with *out set (a new reference), -1 on an error, FALLBACK when the bytes are
+ * not a state this reader vouches for (corrupt, or values only codec.py builds): the caller
+ * then decodes with codec.py, which raises the precise error. */
+
+typedef struct {
+    const unsigned char *d;
+    Py_ssize_t pos, len;
+    PyObject **sv; /* strings read, owned */
+    Py_ssize_t sn, scap;
+    PyObject *tv[TUPS]; /* tuples of ints read, owned */
+    int tn;
+    int has_fbits;
+    int64_t fbits;
+    int64_t reg;
+    PyObject *sv0[16];
+} R;
+
+#define NEED(r, n)                                          \
+    do {                                                    \
+        if ((r)->len - (r)->pos < (Py_ssize_t)(n)) return FALLBACK; \
+    } while (0)
+
+static int r_byte(R *r, unsigned *b) {
+    NEED(r, 1);
+    *b = r->d[r->pos++];
+    return 0;
+}
+
+/* a varint of at most 64 bits (FALLBACK for longer ones) */
+static int r_uvar(R *r, uint64_t *out) {
+    uint64_t n = 0;
+    for (int shift = 0;; shift += 7) {
+        NEED(r, 1);
+        unsigned b = r->d[r->pos++];
+        if (shift == 63 && (b & 0x7E)) return FALLBACK;
+        if (shift > 63) return FALLBACK;
+        n |= (uint64_t)(b & 0x7F) << shift;
+        if (!(b & 0x80)) break;
+    }
+    *out = n;
+    return 0;
+}
+
+/* a varint of any size, as an int */
+static int r_uvar_obj(R *r, PyObject **out) {
+    Py_ssize_t start = r->pos, end = start;
+    while (1) {
+        if (end >= r->len) return FALLBACK;
+        if (!(r->d[end++] & 0x80)) break;
+    }
+    Py_ssize_t groups = end - start;
+    if (groups <= 9) { /* 63 bits */
+        uint64_t n;
+        TRY(r_uvar(r, &n));
+        *out = PyLong_FromUnsignedLongLong(n);
+        return *out ? 0 : -1;
+    }
+    Py_ssize_t nbytes = (groups * 7 + 7) / 8;
+    unsigned char *buf = PyMem_Calloc(nbytes, 1);
+    if (!buf) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t bit = 0;
+    for (Py_ssize_t g = 0; g < groups; g++) {
+        unsigned v = r->d[start + g] & 0x7F;
+        for (int i = 0; i < 7; i++, bit++)
+            if (v >> i & 1) buf[bit >> 3] |= (unsigned char)(1u << (bit & 7));
+    }
+    r->pos = end;
+    *out = _PyLong_FromByteArray(buf, nbytes, 1, 0);
+    PyMem_Free(buf);
+    return *out ? 0 : -1;
+}
+
+static int r_val(R *r, PyObject **out);
+
+static int r_keep_str(R *r, PyObject *s) {
+    if (r->sn == r->scap) {
+        Py_ssize_t cap = r->scap * 2;
+        PyObject **sv = PyMem_Malloc(cap * sizeof(PyObject *));
+        if (!sv) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        memcpy(sv, r->sv, r->sn * sizeof(PyObject *));
+        if (r->sv != r->sv0) PyMem_Free(r->sv);
+        r->sv = sv;
+        r->scap = cap;
+    }
+    r->sv[r->sn++] = Py_NewRef(s);
+    return 0;
+}
+
+static int r_str(R *r, Py_ssize_t n, PyObject **out) {
+    NEED(r, n);
+    PyObject *s = PyUnicode_DecodeUTF8((const char *)r->d + r->pos, n, "surrogatepass");
+    if (!s) return -1; /* a UnicodeDecodeError: the caller falls back */
+    r->pos += n;
+    if (r_keep_str(r, s)) {
+        Py_DECREF(s);
+        return -1;
+    }
+    *out = s;
+    return 0;
+}
+
+static int r_hex(R *r, PyObject **out) {
+    uint64_t n;
+    TRY(r_uvar(r, &n));
+    if (n > (uint64_t)(r->len - r->pos)) return FALLBACK;
+    static const char digits[] = "0123456789abcdef";
+    PyObject *s = PyUnicode_New((Py_ssize_t)n * 2, 127);
+    if (!s) return -1;
+    Py_UCS1 *p = PyUnicode_1BYTE_DATA(s);
+    for (uint64_t i = 0; i < n; i++) {
+        unsigned b = r->d[r->pos + i];
+        p[2 * i] = digits[b >> 4];
+        p[2 * i + 1] = digits[b & 15];
+    }
+    r->pos += (Py_ssize_t)n;
+    if (r_keep_str(r, s)) {
+        Py_DECREF(s);
+        return -1;
+    }
+    *out = s;
+    return 0;
+}
+
+static int r_list(R *r, Py_ssize_t n, PyObject **out) {
+    if (n > r->len - r->pos) return FALLBACK; /* every item takes a byte at least */
+    PyObject *l = PyList_New(n);
+    if (!l) return -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *x;
+        int rc = r_val(r, &x);
+        if (rc) {
+            Py_DECREF(l);
+            return rc;
+        }
+        PyList_SET_ITEM(l, i, x);
+    }
+    *out = l;
+    return 0;
+}
+
+static int r_tuple(R *r, Py_ssize_t n, PyObject **out) {
+    if (n > r->len - r->pos) return FALLBACK;
+    PyObject *t = PyTuple_New(n);
+    if (!t) return -1;
+    int ints = 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *x;
+        int rc = r_val(r, &x);
+        if (rc) {
+            Py_DECREF(t);
+            return rc;
+        }
+        ints = ints && PyLong_CheckExact(x);
+        PyTuple_SET_ITEM(t, i, x);
+    }
+    if (ints && r->tn < TUPS) r->tv[r->tn++] = Py_NewRef(t);
+    *out = t;
+    return 0;
+}
+
+static int r_dict(R *r, Py_ssize_t n, PyObject **out) {
+    if (n > r->len - r->pos) return FALLBACK;
+    PyObject *d = PyDict_New();
+    if (!d) return -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *k, *v;
+        int rc = r_val(r, &k);
+        if (!rc) {
+            rc = r_val(r, &v);
+            if (!rc) {
+                rc = PyDict_SetItem(d, k, v) ? -1 : 0;
+                Py_DECREF(v);
+            }
+            Py_DECREF(k);
+        }
+        if (rc) {
+            Py_DECREF(d);
+            return rc;
+        }
+    }
+    *out = d;
+    return 0;
+}
+
+static PyObject *float_of_bits(int64_t bits) {
+    double x;
+    memcpy(&x, &bits, 8);
+    return PyFloat_FromDouble(x);
+}
+
+static int r_op(R *r, unsigned t, PyObject **out) {
+    uint64_t n;
+    switch (t) {
+    case TG_NONE:
+        *out = Py_NewRef(Py_None);
+        return 0;
+    case TG_FALSE:
+        *out = Py_NewRef(Py_False);
+        return 0;
+    case TG_TRUE:
+        *out = Py_NewRef(Py_True);
+        return 0;
+    case TG_UINT:
+    case TG_NINT: {
+        PyObject *u;
+        TRY(r_uvar_obj(r, &u));
+        PyObject *k = PyLong_FromLong(t == TG_UINT ? 64 : -1);
+        *out = k ? (t == TG_UINT ? PyNumber_Add(u, k) : PyNumber_Subtract(k, u)) : NULL;
+        Py_XDECREF(k);
+        Py_DECREF(u);
+        return *out ? 0 : -1;
+    }
+    case TG_FINT:
+        TRY(r_uvar(r, &n));
+        if (n >> 62) return FALLBACK;
+        *out = PyFloat_FromDouble(
+            (double)(!(n & 1) ? (int64_t)(n >> 1) : -(int64_t)((n + 1) >> 1)));
+        return *out ? 0 : -1;
+    case TG_FDELTA: {
+        if (!r->has_fbits) return FALLBACK;
+        TRY(r_uvar(r, &n));
+        __int128 d = !(n & 1) ? (__int128)(n >> 1) : -(__int128)((n >> 1) + 1);
+        __int128 bits = (__int128)r->fbits + d;
+        if (bits > INT64_MAX || bits < INT64_MIN) return FALLBACK;
+        r->fbits = (int64_t)bits;
+        *out = float_of_bits(r->fbits);
+        return *out ? 0 : -1;
+    }
+    case TG_F64: {
+        NEED(r, 8);
+        uint64_t u = 0;
+        for (int i = 0; i < 8; i++) u |= (uint64_t)r->d[r->pos + i] << (8 * i);
+        r->pos += 8;
+        r->fbits = (int64_t)u;
+        r->has_fbits = 1;
+        *out = float_of_bits(r->fbits);
+        return *out ? 0 : -1;
+    }
+    case TG_FSAME:
+        if (!r->has_fbits) return FALLBACK;
+        *out = float_of_bits(r->fbits);
+        return *out ? 0 : -1;
+    case TG_STR:
+        TRY(r_uvar(r, &n));
+        if (n > (uint64_t)(r->len - r->pos)) return FALLBACK;
+        return r_str(r, (Py_ssize_t)n, out);
+    case TG_SREF:
+        TRY(r_uvar(r, &n));
+        if (n >= (uint64_t)r->sn) return FALLBACK;
+        *out = Py_NewRef(r->sv[n]);
+        return 0;
+    case TG_LIST:
+        TRY(r_uvar(r, &n));
+        if (n > (uint64_t)r->len) return FALLBACK;
+        return r_list(r, (Py_ssize_t)n, out);
+    case TG_TUPLE:
+        TRY(r_uvar(r, &n));
+        if (n > (uint64_t)r->len) return FALLBACK;
+        return r_tuple(r, (Py_ssize_t)n, out);
+    case TG_DICT:
+        TRY(r_uvar(r, &n));
+        if (n > (uint64_t)r->len) return FALLBACK;
+        return r_dict(r, (Py_ssize_t)n, out);
+    case TG_HEX:
+        return r_hex(r, out);
+    default:
+        return FALLBACK;
+    }
+}
+
+static int r_val(R *r, PyObject **out) {
+    unsigned t;
+    TRY(r_byte(r, &t));
+    if (t < 0x40) {
+        *out = PyLong_FromLong((long)t);
+        return *out ? 0 : -1;
+    }
+    if (t >= 0xC0) {
+        if (t - 0xC0 >= (unsigned)r->sn) return FALLBACK;
+        *out = Py_NewRef(r->sv[t - 0xC0]);
+        return 0;
+    }
+    if (t >= 0x80) {
+        if (t < 0x90) return r_op(r, t, out);
+        if (t < 0xA0) return r_dict(r, t - 0x90, out);
+        if (t < 0xA0 + TUPS) {
+            if (t - 0xA0 >= (unsigned)r->tn) return FALLBACK;
+            *out = Py_NewRef(r->tv[t - 0xA0]);
+            return 0;
+        }
+        return FALLBACK;
+    }
+    if (t < 0x60) return r_str(r, t - 0x40, out);
+    if (t < 0x70) return r_list(r, t - 0x60, out);
+    return r_tuple(r, t - 0x70, out);
+}
+
+/* a sequence number or watermark (the delta from the previous one) */
+static int r_seq(R *r, PyObject **out) {
+    NEED(r, 1);
+    if (r->d[r->pos] == TG_NONE) {
+        r->pos++;
+        return r_val(r, out);
+    }
+    PyObject *v;
+    TRY(r_val(r, &v));
+    int overflow = 0;
+    long long x = PyLong_CheckExact(v) ? PyLong_AsLongLongAndOverflow(v, &overflow) : 0;
+    int ok = PyLong_CheckExact(v) && !overflow && !(x == -1 && PyErr_Occurred());
+    Py_DECREF(v);
+    if (!ok) return PyErr_Occurred() ? -1 : FALLBACK;
+    __int128 s = (__int128)r->reg + x;
+    if (s > INT64_MAX || s < INT64_MIN) return FALLBACK;
+    r->reg = (int64_t)s;
+    *out = PyLong_FromLongLong(r->reg);
+    return *out ? 0 : -1;
+}
+
+/* An instance of a slotted class of the core, its fields set from vals (stolen). The
+ * classes' __init__ only assigns (setup() checks there is no __post_init__). */
+static PyObject *make(PyTypeObject *t, const Cls *c, PyObject **vals) {
+    PyObject *o = NULL;
+    if (c->direct) {
+        o = t->tp_alloc(t, 0);
+        if (o)
+            for (int i = 0; i < c->n; i++) *(PyObject **)((char *)o + c->offs[i]) = vals[i];
+    } else {
+        o = PyObject_Vectorcall((PyObject *)t, vals, c->n, NULL);
+        for (int i = 0; i < c->n; i++) Py_DECREF(vals[i]);
+        return o;
+    }
+    if (!o)
+        for (int i = 0; i < c->n; i++) Py_DECREF(vals[i]);
+    return o;
+}
+
+static void clear_vals(PyObject **v, int n) {
+    for (int i = 0; i < n; i++) Py_CLEAR(v[i]);
+}
+
+static int r_fact(R *r, PyObject **k, PyObject **out) {
+    unsigned flags;
+    TRY(r_byte(r, &flags));
+    PyObject *v[11] = {NULL};
+    int rc;
+    if (flags == F_RAW) {
+        TRY(r_val(r, k));
+        for (int i = 0; i < 11; i++) {
+            if ((rc = r_val(r, &v[i]))) {
+                clear_vals(v, 11);
+                Py_CLEAR(*k);
+                return rc;
+            }
+        }
+    } else {
+        /* seq coll key tomb active digest ready arrived created drive cond */
+        if ((rc = r_seq(r, &v[0])) || (rc = r_val(r, &v[1]))) goto fail;
+        if (flags & F_KEY) {
+            if ((rc = r_val(r, &v[2]))) goto fail;
+        } else {
+            v[2] = Py_NewRef(Py_None);
+        }
+        v[3] = Py_NewRef(flags & F_TOMB ? Py_True : Py_False);
+        v[4] = Py_NewRef(flags & F_ACTIVE ? Py_True : Py_False);
+        if (flags & F_DIGEST) {
+            if ((rc = r_val(r, &v[5]))) goto fail;
+        } else if (!(v[5] = PyUnicode_New(0, 0))) {
+            rc = -1;
+            goto fail;
+        }
+        v[6] = Py_NewRef(flags & F_READY ? Py_True : Py_False);
+        if ((rc = r_val(r, &v[8]))) goto fail;
+        if (flags & F_ARR_NONE) {
+            v[7] = Py_NewRef(Py_None);
+        } else if (flags & F_ARR_OWN) {
+            if ((rc = r_val(r, &v[7]))) goto fail;
+        } else {
+            v[7] = Py_NewRef(v[8]);
+        }
+        if ((rc = r_val(r, &v[9])) || (rc = r_val(r, &v[10]))) goto fail;
+        *k = Py_NewRef(v[0]);
+    }
+    *out = make(FactType, &C_FACT, v);
+    if (!*out) {
+        Py_CLEAR(*k);
+        return -1;
+    }
+    return 0;
+fail:
+    clear_vals(v, 11);
+    return rc;
+}
+
+static int r_job(R *r, PyObject *ws, PyObject *ent, PyObject *name, PyObject **out) {
+    unsigned mask;
+    TRY(r_byte(r, &mask));
+    PyObject *v[6] = {NULL}; /* id reasons created settle dedupe dispatched */
+    int rc;
+    if ((rc = r_val(r, &v[0]))) return rc;
+    if (mask & J_ID_N) {
+        if (!PyUnicode_CheckExact(name) || !PyLong_CheckExact(v[0])) {
+            rc = FALLBACK;
+            goto fail;
+        }
+        PyObject *id = PyUnicode_FromFormat("%U/%U/%U/%S", ws, name, ent, v[0]);
+        if (!id) {
+            rc = -1;
+            goto fail;
+        }
+        Py_SETREF(v[0], id);
+    }
+    if ((rc = r_val(r, &v[1])) || (rc = r_val(r, &v[2]))) goto fail;
+    if (mask & J_SETTLE) {
+        if ((rc = r_val(r, &v[3]))) goto fail;
+    } else if (!(v[3] = PyList_New(0))) {
+        rc = -1;
+        goto fail;
+    }
+    if (mask & J_DEDUPE) {
+        if ((rc = r_val(r, &v[4]))) goto fail;
+    } else if (!(v[4] = PyList_New(0))) {
+        rc = -1;
+        goto fail;
+    }
+    if (mask & J_DISPATCHED) {
+        if ((rc = r_val(r, &v[5]))) goto fail;
+    } else {
+        v[5] = Py_NewRef(Py_None);
+    }
+    *out = make(JobType, &C_JOB, v);
+    return *out ? 0 : -1;
+fail:
+    clear_vals(v, 6);
+    return rc;
+}
+
+static int r_dstate(R *r, PyObject *ws, PyObject *ent, PyObject **name, PyObject **out) {
+    TRY(r_val(r, name));
+    uint64_t mask;
+    PyObject *v[11] = {NULL};
+    int rc;
+    if ((rc = r_uvar(r, &mask))) goto fail;
+    /* w last_success handled last_run total queued running dead jobs_made cron_last
+     * waiting_on */
+    if (mask & 1) {
+        if ((rc = r_seq(r, &v[0]))) goto fail;
+    }
+    for (int i = 1; i <= 4; i++)
+        if ((mask >> i & 1) && (rc = r_val(r, &v[i]))) goto fail;
+    if ((mask & 32) && (rc = r_job(r, ws, ent, *name, &v[5]))) goto fail;
+    if ((mask & 64) && (rc = r_job(r, ws, ent, *name, &v[6]))) goto fail;
+    for (int i = 7; i <= 10; i++)
+        if ((mask >> i & 1) && (rc = r_val(r, &v[i]))) goto fail;
+    /* the defaults of DState's fields */
+    if (!v[0] && !(v[0] = PyLong_FromLong(0))) goto nomem;
+    for (int i = 1; i <= 3; i++)
+        if (!v[i]) v[i] = Py_NewRef(Py_None);
+    if (!v[4] && !(v[4] = PyLong_FromLong(0))) goto nomem;
+    if (!v[5]) v[5] = Py_NewRef(Py_None);
+    if (!v[6]) v[6] = Py_NewRef(Py_None);
+    if (!v[7]) v[7] = Py_NewRef(Py_False);
+    if (!v[8] && !(v[8] = PyLong_FromLong(0))) goto nomem;
+    if (!v[9] && !(v[9] = PyDict_New())) goto nomem;
+    if (!v[10]) v[10] = Py_NewRef(Py_None);
+    *out = make(DStateType, &C_DS, v);
+    if (*out) return 0;
+    Py_CLEAR(*name);
+    return -1;
+nomem:
+    rc = -1;
+fail:
+    clear_vals(v, 11);
+    Py_CLEAR(*name);
+    return rc;
+}
+
+static int r_state(R *r, PyObject *ws, PyObject *ent, PyObject **out) {
+    unsigned mask;
+    TRY(r_byte(r, &mask));
+    /* workspace entity facts unready ds census_base alerted last_lsn */
+    PyObject *v[8] = {NULL};
+    int rc = 0;
+    if (mask & S_IDENT) {
+        if ((rc = r_val(r, &v[0])) || (rc = r_val(r, &v[1]))) goto fail;
+    } else {
+        v[0] = Py_XNewRef(ws);
+        v[1] = Py_XNewRef(ent);
+    }
+    if (!v[0] || !v[1] || !PyUnicode_CheckExact(v[0]) || !PyUnicode_CheckExact(v[1])) {
+        rc = FALLBACK;
+        goto fail;
+    }
+    if (!(v[2] = PyDict_New()) || !(v[3] = PyDict_New()) || !(v[4] = PyDict_New())) goto nomem;
+    uint64_t n;
+    if (mask & S_FACTS) {
+        if ((rc = r_uvar(r, &n))) goto fail;
+        for (uint64_t i = 0; i < n; i++) {
+            PyObject *k, *f;
+            if ((rc = r_fact(r, &k, &f))) goto fail;
+            rc = PyDict_SetItem(v[2], k, f) ? -1 : 0;
+            Py_DECREF(k);
+            Py_DECREF(f);
+            if (rc) goto fail;
+        }
+    }
+    if (mask & S_UNREADY) {
+        if ((rc = r_uvar(r, &n))) goto fail;
+        for (uint64_t i = 0; i < n; i++) {
+            PyObject *s, *x;
+            if ((rc = r_seq(r, &s))) goto fail;
+            if ((rc = r_val(r, &x))) {
+                Py_DECREF(s);
+                goto fail;
+            }
+            rc = PyDict_SetItem(v[3], s, x) ? -1 : 0;
+            Py_DECREF(s);
+            Py_DECREF(x);
+            if (rc) goto fail;
+        }
+    }
+    if (mask & S_DS) {
+        if ((rc = r_uvar(r, &n))) goto fail;
+        for (uint64_t i = 0; i < n; i++) {
+            PyObject *name, *d;
+            if ((rc = r_dstate(r, v[0], v[1], &name, &d))) goto fail;
+            rc = PyDict_SetItem(v[4], name, d) ? -1 : 0;
+            Py_DECREF(name);
+            Py_DECREF(d);
+            if (rc) goto fail;
+        }
+    }
+    if (mask & S_CENSUS) {
+        if ((rc = r_val(r, &v[5]))) goto fail;
+    } else if (!(v[5] = PyDict_New())) {
+        goto nomem;
+    }
+    if (mask & S_ALERTED) {
+        if ((rc = r_val(r, &v[6]))) goto fail;
+    } else if (!(v[6] = PyList_New(0))) {
+        goto nomem;
+    }
+    if (mask & S_LSN) {
+        if ((rc = r_val(r, &v[7]))) goto fail;
+    } else if (!(v[7] = PyLong_FromLong(0))) {
+        goto nomem;
+    }
+    if (r->pos != r->len) {
+        rc = FALLBACK;
+        goto fail;
+    }
+    *out = make(EntityStateType, &C_ST, v);
+    return *out ? 0 : -1;
+nomem:
+    rc = -1;
+fail:
+    clear_vals(v, 8);
+    return rc;
+}
+
+PyDoc_STRVAR(decode_body_doc,
+             "decode_body(data, workspace, entity) -> EntityState | None\n\n"
+             "The EntityState of version-1 bytes (data[0] is the version byte), as codec.py "
+             "reads it; None when codec.py must (corrupt bytes, values it alone builds).");
+
+static PyObject *decode_body(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "decode_body(data, workspace, entity)");
+        return NULL;
+    }
+    if (!FactType) {
+        PyErr_SetString(PyExc_RuntimeError, "_ccodec.setup() was not called");
+        return NULL;
+    }
+    if (!PyBytes_CheckExact(args[0])) Py_RETURN_NONE;
+    R r = {0};
+    r.d = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    r.len = PyBytes_GET_SIZE(args[0]);
+    r.pos = 1;
+    r.sv = r.sv0;
+    r.scap = 16;
+    PyObject *ws = args[1] == Py_None ? NULL : args[1];
+    PyObject *ent = args[2] == Py_None ? NULL : args[2];
+    PyObject *out = NULL;
+    int rc = r.len >= 1 ? r_state(&r, ws, ent, &out) : FALLBACK;
+    for (Py_ssize_t i = 0; i < r.sn; i++) Py_DECREF(r.sv[i]);
+    if (r.sv != r.sv0) PyMem_Free(r.sv);
+    for (int i = 0; i < r.tn; i++) Py_DECREF(r.tv[i]);
+    if (rc == 0) return out;
+    if (rc == -1 && PyErr_ExceptionMatches(PyExc_MemoryError)) return NULL;
+    PyErr_Clear(); /* codec.py decodes it again and says what is wrong */
+    Py_RETURN_NONE;
+}
+
 static PyObject *setup(PyObject *self, PyObject *args) {
     PyObject *f, *d, *e, *j;
     if (!PyArg_ParseTuple(args, "O!O!O!O!", &PyType_Type, &f, &PyType_Type, &d, &PyType_Type, &e,
@@ -771,6 +1374,7 @@ static PyObject *setup(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"encode_body", (PyCFunction)(void (*)(void))encode_body, METH_FASTCALL, encode_body_doc},
+    {"decode_body", (PyCFunction)(void (*)(void))decode_body, METH_FASTCALL, decode_body_doc},
     {"setup", setup, METH_VARARGS, "setup(Fact, DState, EntityState, Job): the core's classes"},
     {NULL, NULL, 0, NULL},
 };

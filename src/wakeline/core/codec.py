@@ -46,17 +46,19 @@ from typing import Any
 from wakeline.core.plan import Fact
 from wakeline.core.state import DState, EntityState, Job
 
-#: The C writer (``wakeline/core/_ccodec.c``), when it was built and not switched off
-#: with ``WAKELINE_PURE_CODEC=1`` (benchmarks compare the two in one run).
+#: The C writer and reader (``wakeline/core/_ccodec.c``), when they were built and not
+#: switched off with ``WAKELINE_PURE_CODEC=1`` (benchmarks compare both in one run).
 _c_encode_body: Any = None
+_c_decode_body: Any = None
 if not os.environ.get("WAKELINE_PURE_CODEC"):
     try:
         from wakeline.core import _ccodec
-    except ImportError:  # no C compiler at install time: the Python writer alone
+    except ImportError:  # no C compiler at install time: the Python writer and reader
         _ccodec = None
     else:
         _ccodec.setup(Fact, DState, EntityState, Job)
         _c_encode_body = _ccodec.encode_body
+        _c_decode_body = _ccodec.decode_body
 
 V1 = 0x01
 V1_DEFLATED = 0x02
@@ -730,8 +732,25 @@ def decode_state(data: bytes, workspace: str | None = None,
     try:
         if head == V1_DEFLATED:
             data = bytes([V1]) + zlib.decompress(memoryview(data)[1:], -15)
-        return _decode_v1(_Reader(bytes(data), 1), workspace, entity)
+        data = bytes(data)
+        if _c_decode_body is not None:
+            # the C reader, or None for what only this module reads (or what is corrupt:
+            # _decode_v1 says what is wrong with it)
+            st = _c_decode_body(data, workspace, entity)
+            if st is not None:
+                return st  # type: ignore[no-any-return]
+        return _decode_v1(_Reader(data, 1), workspace, entity)
     except (IndexError, struct.error, UnicodeDecodeError, zlib.error) as exc:
+        raise ValueError(f"corrupt stored state: {exc}") from exc
+
+
+def decode_body(data: bytes, workspace: str | None = None,
+                entity: str | None = None) -> EntityState:
+    """The state of version-1 ``data`` (its first byte the version) read by this module:
+    the specification of the C reader."""
+    try:
+        return _decode_v1(_Reader(data, 1), workspace, entity)
+    except (IndexError, struct.error, UnicodeDecodeError) as exc:
         raise ValueError(f"corrupt stored state: {exc}") from exc
 
 

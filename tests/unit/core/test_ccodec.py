@@ -1,6 +1,6 @@
-"""The C state writer (wakeline/core/_ccodec.c) against its specification, the Python
-writer of wakeline.core.codec: the same bytes for every state, or None (and the Python
-writer) for shapes it leaves to codec.py."""
+"""The C state writer and reader (wakeline/core/_ccodec.c) against their specification,
+the Python writer and reader of wakeline.core.codec: the same bytes and the same states
+(types included), or None (and codec.py) for what the C side leaves to it."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.core.helpers import sim_for
-from tests.unit.core.test_codec import MORE, OLD_STATE, states, values
+from tests.unit.core.test_codec import MORE, OLD_STATE, states, typed, values
 from tests.unit.core.test_state import random_history
 from wakeline.core import codec
 from wakeline.core.codec import decode_state, encode_body, encode_state
@@ -41,10 +41,16 @@ def test_the_c_writer_is_built_and_used():
 
 
 def same(state: EntityState) -> bytes:
+    """Both writers give the same bytes; both readers give back ``state``, types and
+    all, from them."""
     for identity in (False, True):
         c = _ccodec.encode_body(state, identity)
         assert c is not None, "the core's shapes are the C writer's"
         assert c == encode_body(state, identity)
+        ws, ent = (None, None) if identity else (state.workspace, state.entity)
+        back = _ccodec.decode_body(c, ws, ent)
+        assert back is not None, "what the writer wrote, the reader reads"
+        assert typed(back) == typed(codec.decode_body(c, ws, ent)) == typed(state)
     return c
 
 
@@ -163,6 +169,61 @@ def test_deflated_states_are_unchanged_and_decode():
     assert decode_state(data, "w", "e") == big
 
 
+def python_verdict(data: bytes, ws: Any, ent: Any) -> Any:
+    try:
+        return typed(codec.decode_body(data, ws, ent))
+    except Exception as exc:  # noqa: BLE001 - any error: the C reader must defer
+        return exc
+
+
+def check_reader(data: bytes, ws: Any = "w", ent: Any = "e") -> None:
+    """The C reader gives codec.py's state, or None; None whenever codec.py raises."""
+    c = _ccodec.decode_body(data, ws, ent)
+    py = python_verdict(data, ws, ent)
+    if isinstance(py, Exception):
+        assert c is None, f"C read {data!r}, which codec.py rejects: {py!r}"
+    elif c is not None:
+        assert typed(c) == py
+
+
+@settings(max_examples=300, deadline=None)
+@given(states(), st.data())
+def test_damaged_bytes_are_left_to_codec_py(state, data):
+    good = bytes(encode_body(state))
+    check_reader(good, "ws", "ent")
+    cut = data.draw(st.integers(1, max(1, len(good) - 1)))
+    check_reader(good[:cut], "ws", "ent")
+    pos = data.draw(st.integers(1, len(good) - 1)) if len(good) > 1 else 1
+    flipped = bytearray(good)
+    if pos < len(flipped):
+        flipped[pos] = data.draw(st.integers(0, 255))
+    check_reader(bytes(flipped), "ws", "ent")
+    check_reader(good + data.draw(st.binary(min_size=1, max_size=3)), "ws", "ent")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=60))
+def test_arbitrary_bytes_are_read_alike_or_left_to_codec_py(tail):
+    for head in (b"\x01\x00", b"\x01\x01", b"\x01\x04", b"\x01\x40", b"\x01\x02",
+                 b"\x01\x20", b"\x01"):
+        check_reader(head + tail)
+        check_reader(head + tail, None, None)
+
+
+def test_values_only_codec_py_reads_are_left_to_it():
+    body = bytes(encode_body(EntityState("w", "e", unready={5: []})))
+    assert _ccodec.decode_body(body, None, "e") is None  # no workspace: codec.py's error
+    with pytest.raises(ValueError, match="workspace and entity"):
+        decode_state(body, None, "e")
+    assert _ccodec.decode_body(body, 7, "e") is None  # a workspace that is not a str
+    assert codec.decode_body(body, 7, "e").workspace == 7
+    assert _ccodec.decode_body(bytearray(body), "w", "e") is None
+    assert decode_state(bytearray(body), "w", "e") == EntityState("w", "e", unready={5: []})
+
+
+ROUNDS = 500
+
+
 def test_no_memory_is_kept_between_calls():
     """Every object the writer touches is released: repeated encodes of a state with
     every path (big ints, job ids, back references, fallbacks) hold no memory."""
@@ -171,16 +232,27 @@ def test_no_memory_is_kept_between_calls():
                         facts={1: Fact(1, "main", "k", False, True, "ab" * 8, True, 1.5, 1.0,
                                        (0, 1), {0: True})}, last_lsn=2**100)
     odd = EntityState("w", "e", unready={1: [1, "x", Sub(3)]})
-    for _ in range(200):
+    data = _ccodec.encode_body(state, True)
+    bad = [data[:n] for n in range(1, len(data))] + [data + b"\x00"]
+
+    assert typed(_ccodec.decode_body(data, None, None)) == typed(state)
+
+    def once() -> None:
         _ccodec.encode_body(state, True)
         _ccodec.encode_body(odd, False)
+        _ccodec.decode_body(data, None, None)
+        for b in bad[::7]:
+            _ccodec.decode_body(b, None, None)
+
+    for _ in range(100):
+        once()
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
-    for _ in range(5000):
-        _ccodec.encode_body(state, True)
-        _ccodec.encode_body(odd, False)
+    for _ in range(ROUNDS):
+        once()
     gc.collect()
     grown = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
-    assert grown < 20_000, f"{grown} bytes kept after 10,000 calls"
+    # one object of 32 B kept per call would be 16,000 B
+    assert grown < 8_000, f"{grown} bytes kept after {ROUNDS} rounds"
