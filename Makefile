@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 
 .PHONY: up test install clean
 
-$(BIN)/.wakeline-installed: pyproject.toml
+$(BIN)/.wakeline-installed: pyproject.toml setup.py src/wakeline/core/_ccodec.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check --upgrade pip
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[test]'
