@@ -1,4 +1,5 @@
-"""The state codec: µs per state to encode and decode, the C side against codec.py's.
+"""The codecs with a C side: entity states (µs per state to encode and decode) and ready
+batches (µs per change to decode), C against the Python specification.
 
 States: what the core holds after the mixed workload of bench/core_throughput.py (N
 entities, 4 records each, runs completing). Every state is encoded by both writers,
@@ -6,7 +7,9 @@ which must give the same bytes, and read back by both readers, which must give t
 states; then each pass is timed over all states (min of ``--repeat``, the GC as the worker
 tunes it). Reference in the same run: the pure-Python writer and reader
 (``codec.encode_body`` / ``codec.decode_body``, what ``encode_state`` / ``decode_state`` ran
-before the C side), with the same deflate step.
+before the C side), with the same deflate step. Ready batches: the workload's records as
+the readiness stage forwards them (batches of 1,000 changes), decoded by ``ready.decode``
+with the C item decoder and with ``ready.decode_items``; the Items must be equal.
 
     python bench/codec.py [--entities 20000] [--repeat 5] [--tiny]
 """
@@ -26,10 +29,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _catalog import write as write_catalog  # noqa: E402
-from core_throughput import run_core, workload  # noqa: E402
+from core_throughput import run_core, to_rec, workload  # noqa: E402
 
+from wakeline.cdc._json import loads  # noqa: E402
 from wakeline.core import codec  # noqa: E402
+from wakeline.core.events import RecordChanged  # noqa: E402
 from wakeline.core.state import EntityState  # noqa: E402
+from wakeline.streams import ready  # noqa: E402
 
 
 def timed(fn: Callable[[Any], Any], items: list[Any], repeat: int) -> float:
@@ -62,6 +68,22 @@ def python_decode(k: tuple[bytes, str, str]) -> EntityState:
     return codec.decode_body(data, ws, ent)
 
 
+def ready_batches(stream: list[tuple[str, bytes]]) -> tuple[list[bytes], int]:
+    """The stream's records as ready batches of 1,000 changes, and how many changes."""
+    import json
+
+    items = [ready.Item(b"default\x1f" + ent.encode(), "default", ent, n,
+                        [RecordChanged("c", to_rec(json.loads(raw), 1.7e9 + n), None,
+                                       (5 << 64) | n)])
+             for n, (ent, raw) in enumerate(stream)]
+    return [ready.encode(0, items[i:i + 1000]) for i in range(0, len(items), 1000)], len(items)
+
+
+def python_ready(batch: bytes) -> list[ready.Item]:
+    """ready.decode's items with the Python decoder."""
+    return ready.decode_items(loads(batch)["items"])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--entities", type=int, default=20_000)
@@ -70,10 +92,14 @@ def main() -> None:
     a = ap.parse_args()
     if a.tiny:
         a.entities, a.repeat = 300, 1
-    if codec._c_encode_body is None or codec._c_decode_body is None:
+    if codec._c_encode_body is None or codec._c_decode_body is None or ready._c_items is None:
         sys.exit("the C side is not built (or WAKELINE_PURE_CODEC is set): nothing to compare")
+    stream = workload(a.entities, a.entities * 4)
     with tempfile.TemporaryDirectory() as tmp:
-        _, _, held = run_core(workload(a.entities, a.entities * 4), write_catalog(Path(tmp)))
+        _, _, held = run_core(stream, write_catalog(Path(tmp)))
+    batches, changes = ready_batches(stream)
+    if any(ready.decode(b)[1] != python_ready(b) for b in batches):
+        sys.exit("the C and Python ready-batch decoders disagree")
     states = list(held.values())
     blobs = [codec.encode_state(s) for s in states]
     mismatched = sum(b != python_encode(s) for s, b in zip(states, blobs, strict=True))
@@ -90,6 +116,9 @@ def main() -> None:
     py_enc = timed(python_encode, states, a.repeat) * us
     c_dec = timed(lambda k: codec.decode_state(*k), keys, a.repeat) * us
     py_dec = timed(python_decode, keys, a.repeat) * us
+    per_change = len(batches) / changes * us
+    c_ready = timed(ready.decode, batches, a.repeat) * per_change
+    py_ready = timed(python_ready, batches, a.repeat) * per_change
     size = sum(map(len, blobs)) / len(blobs)
     print(f"states                 {len(states):,} (core workload over {a.entities:,} entities, "
           f"{size:.0f} B stored on average, all equal in C and Python)")
@@ -97,7 +126,10 @@ def main() -> None:
     print(f"decode_state, C reader  {c_dec:6.2f} us/state")
     print(f"reference: the Python writer {py_enc:6.2f} us/state, the Python reader "
           f"{py_dec:6.2f} us/state")
-    print(f"ratio C / Python: encode {c_enc / py_enc:.3f}, decode {c_dec / py_dec:.3f}")
+    print(f"ready.decode, C items   {c_ready:6.2f} us/change  ({changes:,} changes in batches "
+          f"of 1,000; the Python decoder {py_ready:.2f} us/change)")
+    print(f"ratio C / Python: encode {c_enc / py_enc:.3f}, decode {c_dec / py_dec:.3f}, "
+          f"ready batch {c_ready / py_ready:.3f}")
 
 
 if __name__ == "__main__":

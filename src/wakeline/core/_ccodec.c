@@ -1,11 +1,14 @@
-/* The state codec's encoder in C: the same bytes as wakeline/core/codec.py's _Writer.
+/* The state codec in C: the same bytes and states as wakeline/core/codec.py's _Writer and
+ * _Reader; and the ready batch's item decoder (wakeline/streams/ready.py's decode).
  *
  * codec.py is the specification.  This module writes the version-1 body of an
  * EntityState (the V1 byte, the mask, the sections) for the shapes the core makes:
  * exact builtin types and the core's own classes.  For anything else it returns None
  * and the caller encodes with the Python writer, which also raises the errors a bad
- * state deserves.  Deflating large bodies stays in Python.  The differential tests
- * (tests/unit/core/test_ccodec.py) hold the two to the same bytes.
+ * state deserves; the reader likewise returns None for bytes codec.py must read (it says
+ * what is wrong with corrupt ones).  Deflating stays in Python.  The differential tests
+ * (tests/unit/core/test_ccodec.py, tests/unit/test_ready_c.py) hold the two sides to the
+ * same bytes and the same objects.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -440,9 +443,9 @@ static void attrs_clear(Attrs *a) {
  * directly: a GetAttr through the type's descriptors costs ~20x more). */
 typedef struct {
     int n;
-    const char *names[12];
-    PyObject *interned[12];
-    Py_ssize_t offs[12]; /* -1: read by name */
+    const char *names[16];
+    PyObject *interned[16];
+    Py_ssize_t offs[16]; /* -1: read by name */
     int direct;          /* every field a slot and no __post_init__: built by the reader */
 } Cls;
 
@@ -1357,6 +1360,153 @@ static PyObject *decode_body(PyObject *self, PyObject *const *args, Py_ssize_t n
     Py_RETURN_NONE;
 }
 
+/* -- ready batches (wakeline/streams/ready.py) ----------------------------------------------
+ * ready_items(items): the Items of a decoded batch's "items" array, as ready.decode builds
+ * them, or None when ready.py must (anything but the shapes it writes: it then raises the
+ * BadBatch the message deserves). */
+
+static PyTypeObject *ItemType, *RecordChangedType, *RecType, *CursorAdvancedType;
+static Cls C_ITEM = {5, {"key", "workspace", "entity", "offset", "events"}};
+static Cls C_RC = {4, {"op", "after", "before", "lsn"}};
+static Cls C_REC = {14, {"seq", "collection", "version", "type", "status", "key", "content",
+                         "text", "tombstone", "annotations", "scores", "enriched_at",
+                         "created_at", "parents"}};
+static PyObject *s_r, *s_a;
+
+/* (hi << 64) | lo of two ints, NULL with no exception when they are not ints */
+static PyObject *lsn_of(PyObject *hi, PyObject *lo) {
+    if (!PyLong_CheckExact(hi) || !PyLong_CheckExact(lo)) return NULL;
+    int zero = PyObject_Not(hi);
+    if (zero < 0) return NULL;
+    if (zero) return Py_NewRef(lo);
+    PyObject *k = PyLong_FromLong(64);
+    PyObject *sh = k ? PyNumber_Lshift(hi, k) : NULL;
+    Py_XDECREF(k);
+    PyObject *out = sh ? PyNumber_Or(sh, lo) : NULL;
+    Py_XDECREF(sh);
+    return out;
+}
+
+/* ready._unrec: None, or a Rec of a 14-item list whose last item (parents) is a list */
+static int rd_rec(PyObject *v, PyObject **out) {
+    if (v == Py_None) {
+        *out = Py_NewRef(Py_None);
+        return 0;
+    }
+    if (!PyList_CheckExact(v) || PyList_GET_SIZE(v) != 14 ||
+        !PyList_CheckExact(PyList_GET_ITEM(v, 13)))
+        return FALLBACK;
+    PyObject *vals[14];
+    for (int i = 0; i < 13; i++) vals[i] = Py_NewRef(PyList_GET_ITEM(v, i));
+    vals[13] = PyList_AsTuple(PyList_GET_ITEM(v, 13));
+    if (!vals[13]) {
+        clear_vals(vals, 13);
+        return -1;
+    }
+    *out = make(RecType, &C_REC, vals);
+    return *out ? 0 : -1;
+}
+
+/* ready._unevent */
+static int rd_event(PyObject *e, PyObject **out) {
+    if (!PyList_CheckExact(e) || PyList_GET_SIZE(e) < 1) return FALLBACK;
+    PyObject *tag = PyList_GET_ITEM(e, 0);
+    if (!PyUnicode_CheckExact(tag)) return FALLBACK;
+    Py_ssize_t n = PyList_GET_SIZE(e);
+    PyObject *const *x = &PyList_GET_ITEM(e, 0);
+    if (PyUnicode_Compare(tag, s_r) == 0) {
+        if (n < 6) return FALLBACK;
+        PyObject *vals[4] = {Py_NewRef(x[1]), NULL, NULL, NULL};
+        int rc = rd_rec(x[2], &vals[1]);
+        if (!rc) rc = rd_rec(x[3], &vals[2]);
+        if (!rc && !(vals[3] = lsn_of(x[4], x[5]))) rc = PyErr_Occurred() ? -1 : FALLBACK;
+        if (rc) {
+            clear_vals(vals, 4);
+            return rc;
+        }
+        *out = make(RecordChangedType, &C_RC, vals);
+        return *out ? 0 : -1;
+    }
+    if (PyUnicode_Compare(tag, s_a) == 0) {
+        if (n < 8) return FALLBACK;
+        PyObject *lsn = lsn_of(x[6], x[7]);
+        if (!lsn) return PyErr_Occurred() ? -1 : FALLBACK;
+        PyObject *args[6] = {x[1], x[2], x[3], x[4], x[5], lsn};
+        *out = PyObject_Vectorcall((PyObject *)CursorAdvancedType, args, 6, NULL);
+        Py_DECREF(lsn);
+        return *out ? 0 : -1;
+    }
+    return FALLBACK;
+}
+
+static int rd_item(PyObject *it, PyObject **out) {
+    if (!PyList_CheckExact(it) || PyList_GET_SIZE(it) < 4 ||
+        !PyUnicode_CheckExact(PyList_GET_ITEM(it, 0)))
+        return FALLBACK;
+    Py_ssize_t n = PyList_GET_SIZE(it);
+    PyObject *vals[5] = {NULL};
+    int rc = 0;
+    if (!(vals[0] = PyUnicode_AsUTF8String(PyList_GET_ITEM(it, 0)))) return -1;
+    for (int i = 1; i < 4; i++) vals[i] = Py_NewRef(PyList_GET_ITEM(it, i));
+    if (!(vals[4] = PyList_New(n - 4))) {
+        rc = -1;
+        goto fail;
+    }
+    for (Py_ssize_t i = 4; i < n; i++) {
+        PyObject *ev;
+        if ((rc = rd_event(PyList_GET_ITEM(it, i), &ev))) goto fail;
+        PyList_SET_ITEM(vals[4], i - 4, ev);
+    }
+    *out = make(ItemType, &C_ITEM, vals);
+    return *out ? 0 : -1;
+fail:
+    clear_vals(vals, 5);
+    return rc;
+}
+
+PyDoc_STRVAR(ready_items_doc,
+             "ready_items(items) -> list[Item] | None\n\n"
+             "The Items of a ready batch's decoded \"items\" array, as ready.decode builds "
+             "them; None when ready.py must (anything but the shapes it writes).");
+
+static PyObject *ready_items(PyObject *self, PyObject *items) {
+    if (!ItemType) {
+        PyErr_SetString(PyExc_RuntimeError, "_ccodec.setup_ready() was not called");
+        return NULL;
+    }
+    if (!PyList_CheckExact(items)) Py_RETURN_NONE;
+    Py_ssize_t n = PyList_GET_SIZE(items);
+    PyObject *out = PyList_New(n);
+    if (!out) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item;
+        int rc = rd_item(PyList_GET_ITEM(items, i), &item);
+        if (rc) {
+            Py_DECREF(out);
+            if (rc == -1 && PyErr_ExceptionMatches(PyExc_MemoryError)) return NULL;
+            PyErr_Clear(); /* ready.py decodes it again and says what is wrong */
+            Py_RETURN_NONE;
+        }
+        PyList_SET_ITEM(out, i, item);
+    }
+    return out;
+}
+
+static PyObject *setup_ready(PyObject *self, PyObject *args) {
+    PyObject *i, *rc, *r, *ca;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!", &PyType_Type, &i, &PyType_Type, &rc, &PyType_Type,
+                          &r, &PyType_Type, &ca))
+        return NULL;
+    Py_XSETREF(ItemType, (PyTypeObject *)Py_NewRef(i));
+    Py_XSETREF(RecordChangedType, (PyTypeObject *)Py_NewRef(rc));
+    Py_XSETREF(RecType, (PyTypeObject *)Py_NewRef(r));
+    Py_XSETREF(CursorAdvancedType, (PyTypeObject *)Py_NewRef(ca));
+    if (cls_setup(&C_ITEM, ItemType) || cls_setup(&C_RC, RecordChangedType) ||
+        cls_setup(&C_REC, RecType))
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyObject *setup(PyObject *self, PyObject *args) {
     PyObject *f, *d, *e, *j;
     if (!PyArg_ParseTuple(args, "O!O!O!O!", &PyType_Type, &f, &PyType_Type, &d, &PyType_Type, &e,
@@ -1375,6 +1525,9 @@ static PyObject *setup(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"encode_body", (PyCFunction)(void (*)(void))encode_body, METH_FASTCALL, encode_body_doc},
     {"decode_body", (PyCFunction)(void (*)(void))decode_body, METH_FASTCALL, decode_body_doc},
+    {"ready_items", ready_items, METH_O, ready_items_doc},
+    {"setup_ready", setup_ready, METH_VARARGS,
+     "setup_ready(Item, RecordChanged, Rec, CursorAdvanced): the ready batch's classes"},
     {"setup", setup, METH_VARARGS, "setup(Fact, DState, EntityState, Job): the core's classes"},
     {NULL, NULL, 0, NULL},
 };
@@ -1391,6 +1544,8 @@ static struct PyModuleDef module = {
     } while (0)
 
 PyMODINIT_FUNC PyInit__ccodec(void) {
+    INTERN(s_r, "r");
+    INTERN(s_a, "a");
     INTERN(s_to_bytes, "to_bytes");
     INTERN(s_little, "little");
     INTERN(s_bit_length, "bit_length");

@@ -48,13 +48,14 @@ from wakeline.core.state import DState, EntityState, Job
 
 #: The C writer and reader (``wakeline/core/_ccodec.c``), when they were built and not
 #: switched off with ``WAKELINE_PURE_CODEC=1`` (benchmarks compare both in one run).
+_ccodec: Any = None
 _c_encode_body: Any = None
 _c_decode_body: Any = None
 if not os.environ.get("WAKELINE_PURE_CODEC"):
     try:
         from wakeline.core import _ccodec
     except ImportError:  # no C compiler at install time: the Python writer and reader
-        _ccodec = None
+        pass
     else:
         _ccodec.setup(Fact, DState, EntityState, Job)
         _c_encode_body = _ccodec.encode_body

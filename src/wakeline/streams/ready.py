@@ -39,6 +39,7 @@ from typing import Any
 
 import orjson
 
+from wakeline.core import codec
 from wakeline.core.events import CursorAdvanced, Event, RecordChanged
 from wakeline.core.plan import Rec
 
@@ -52,7 +53,7 @@ class BadBatch(ValueError):
     code = "stream.bad_ready_batch"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Item:
     """One change message's events, as the conditions agent applies them."""
 
@@ -123,12 +124,19 @@ def decode(value: bytes) -> tuple[int, list[Item], float | None]:
         t = doc.get("t")
         if t is not None and not isinstance(t, int):
             raise BadBatch(f"ready batch timestamp {t!r} is not an integer (ms)")
-        return (doc["p"], [Item(i[0].encode(), i[1], i[2], i[3], [_unevent(e) for e in i[4:]])
-                           for i in doc["items"]], None if t is None else t / 1000.0)
+        items = _c_items(doc["items"]) if _c_items is not None else None
+        if items is None:  # no C side, or a shape only decode_items reads (or rejects)
+            items = decode_items(doc["items"])
+        return (doc["p"], items, None if t is None else t / 1000.0)
     except BadBatch:
         raise
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
         raise BadBatch(f"malformed ready batch: {type(exc).__name__}: {exc}") from exc
+
+
+def decode_items(items: Any) -> list[Item]:
+    """The Items of a batch's ``items`` array: the specification of the C decoder."""
+    return [Item(i[0].encode(), i[1], i[2], i[3], [_unevent(e) for e in i[4:]]) for i in items]
 
 
 def chunks(items: Sequence[Item], sizes: Sequence[int], *, max_items: int = 1000,
@@ -145,3 +153,11 @@ def chunks(items: Sequence[Item], sizes: Sequence[int], *, max_items: int = 1000
         total += size
     if start < len(items):
         yield items[start:]
+
+
+#: The C item decoder (``wakeline/core/_ccodec.c``), unless it was not built or
+#: ``WAKELINE_PURE_CODEC=1`` switches it off.
+_c_items: Any = None
+if codec._ccodec is not None:
+    codec._ccodec.setup_ready(Item, RecordChanged, Rec, CursorAdvanced)
+    _c_items = codec._ccodec.ready_items
