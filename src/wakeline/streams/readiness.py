@@ -33,10 +33,13 @@ from typing import Any
 
 from wakeline.catalog import Catalog
 from wakeline.catalog._functions import resolve_callable
+from wakeline.cdc import envelope
+from wakeline.cdc.errors import EnvelopeError
 from wakeline.core.inputs import record_dict
 from wakeline.core.outcomes import Outcome, OutcomeKind
 from wakeline.core.plan import Rec
 from wakeline.store import Store
+from wakeline.streams.keys import parse_key
 from wakeline.streams.ready import Item
 
 log = logging.getLogger("wakeline.streams.readiness")
@@ -130,10 +133,6 @@ class ReadinessConsumer(threading.Thread):
         core (a transaction marker, a Kafka tombstone) or was dead-lettered.
         ``commits``: per partition, the newest commit time (ms, ``source.ts_us``) seen,
         updated with this message's."""
-        from wakeline.cdc import envelope
-        from wakeline.cdc.errors import EnvelopeError
-        from wakeline.streams.keys import parse_key
-
         key, value = msg.key(), msg.value()
         try:
             parsed = envelope.parse(value, key)
