@@ -28,6 +28,9 @@ with events ``["r", op, after, before, lsn_hi, lsn_lo]`` (:class:`RecordChanged`
 records as positional lists) and ``["a", derivation, watermark, finished_at,
 outcome, job_id, lsn_hi, lsn_lo]`` (:class:`CursorAdvanced`).  Positions are
 128-bit (``prev commit lsn << 64 | lsn``) and travel as two 64-bit halves.
+
+:func:`decode` builds the Items in C (``_ccodec.ready_items``) when it was built;
+:func:`decode_items` is its specification and reads (or rejects) whatever it leaves.
 """
 
 from __future__ import annotations
