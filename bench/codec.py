@@ -21,7 +21,6 @@ import gc
 import sys
 import tempfile
 import time
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -51,21 +50,13 @@ def timed(fn: Callable[[Any], Any], items: list[Any], repeat: int) -> float:
 
 def python_encode(st: EntityState) -> bytes:
     """encode_state with the Python writer (the same deflate step)."""
-    body = codec.encode_body(st)
-    if len(body) > codec.DEFLATE_OVER:
-        c = zlib.compressobj(6, zlib.DEFLATED, -15)
-        packed = c.compress(memoryview(body)[1:]) + c.flush()
-        if len(packed) + 1 < len(body):
-            return bytes([codec.V1_DEFLATED]) + packed
-    return bytes(body)
+    return codec.deflated(codec.encode_body(st))
 
 
 def python_decode(k: tuple[bytes, str, str]) -> EntityState:
     """decode_state with the Python reader (the same inflate step)."""
     data, ws, ent = k
-    if data[0] == codec.V1_DEFLATED:
-        data = bytes([codec.V1]) + zlib.decompress(memoryview(data)[1:], -15)
-    return codec.decode_body(data, ws, ent)
+    return codec.decode_body(codec.inflated(data), ws, ent)
 
 
 def ready_batches(stream: list[tuple[str, bytes]]) -> tuple[list[bytes], int]:

@@ -443,12 +443,25 @@ def encode_state(st: EntityState, *, identity: bool = False) -> bytes:
     body = _c_encode_body(st, identity) if _c_encode_body is not None else None
     if body is None:
         body = encode_body(st, identity)
+    return deflated(body)
+
+
+def deflated(body: bytes | bytearray) -> bytes:
+    """The stored bytes of a version-1 body: deflated (raw deflate after a
+    ``V1_DEFLATED`` head) when it is over ``DEFLATE_OVER`` bytes and that is smaller."""
     if len(body) > DEFLATE_OVER:
         c = zlib.compressobj(6, zlib.DEFLATED, -15)
         packed = c.compress(memoryview(body)[1:]) + c.flush()
         if len(packed) + 1 < len(body):
             return bytes([V1_DEFLATED]) + packed
     return bytes(body)
+
+
+def inflated(data: bytes) -> bytes:
+    """The version-1 body of stored bytes (:func:`deflated` undone)."""
+    if data[0] == V1_DEFLATED:
+        return bytes([V1]) + zlib.decompress(memoryview(data)[1:], -15)
+    return bytes(data)
 
 
 def encode_body(st: EntityState, identity: bool = False) -> bytearray:
@@ -737,9 +750,7 @@ def decode_state(data: bytes, workspace: str | None = None,
     if head not in (V1, V1_DEFLATED):
         raise ValueError(f"unknown stored state version 0x{head:02x}")
     try:
-        if head == V1_DEFLATED:
-            data = bytes([V1]) + zlib.decompress(memoryview(data)[1:], -15)
-        data = bytes(data)
+        data = inflated(data)
         if _c_decode_body is not None:
             # the C reader, or None for what only this module reads (or what is corrupt:
             # _decode_v1 says what is wrong with it)
