@@ -42,9 +42,10 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import cached_property
 from typing import Any, Final, Literal
 from urllib.parse import quote
+
+import orjson
 
 from wakeline.cdc._json import loads
 from wakeline.cdc.errors import (
@@ -56,6 +57,7 @@ from wakeline.cdc.errors import (
     UnknownOp,
     UnknownTable,
 )
+from wakeline.core.codec import _ccodec
 from wakeline.core.events import CursorAdvanced, RecordChanged
 from wakeline.core.plan import Rec
 
@@ -77,9 +79,10 @@ _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 # The per-change classes below are plain (not frozen) dataclasses: a frozen one sets
 # each field through ``object.__setattr__``, and these are built once per change on the
-# readiness stage's hot path (frozen, ``parse`` took 25 us per record envelope; now 16-19).
-# Treat them as immutable all the same.
-@dataclass
+# readiness stage's hot path (frozen, ``parse`` took 25 us per record envelope; then
+# 16-19).  They are slotted: the C parser (``_ccodec.parse_record``) fills their slots
+# directly.  Treat them as immutable all the same.
+@dataclass(slots=True)
 class Source:
     """The ``source`` block, typed.  ``snapshot`` is None while streaming."""
 
@@ -134,7 +137,7 @@ class RawChange:
                 "oldDoc": self.old, "ts": self.ts, "changeId": self.change_id}
 
 
-@dataclass
+@dataclass(slots=True)
 class _Change:
     op: str  # c | u | d | r
     workspace: str
@@ -147,17 +150,20 @@ class _Change:
     position: int
     ts_ms: int | None = None  # when the connector wrote the event
     transaction: TxInfo | None = None
+    _raw: RawChange | None = field(default=None, init=False, repr=False, compare=False)
 
-    @cached_property
+    @property
     def raw(self) -> RawChange:
-        """The change-feed handler's view of this change."""
-        row_id, new, old = self.raw_parts
-        src = self.source
-        lsn = src.lsn or 0
-        return RawChange(table=src.table, id=row_id, op=_RAW_OPS[self.op], new=new, old=old,
-                         ts=(src.ts_us or 0) / 1e6, change_id=f"{src.table}:{row_id}:{lsn}",
-                         lsn=lsn, tx_id=src.tx_id,
-                         snapshot=src.is_snapshot or self.op == "r")
+        """The change-feed handler's view of this change (built on first use)."""
+        if self._raw is None:
+            row_id, new, old = self.raw_parts
+            src = self.source
+            lsn = src.lsn or 0
+            self._raw = RawChange(
+                table=src.table, id=row_id, op=_RAW_OPS[self.op], new=new, old=old,
+                ts=(src.ts_us or 0) / 1e6, change_id=f"{src.table}:{row_id}:{lsn}",
+                lsn=lsn, tx_id=src.tx_id, snapshot=src.is_snapshot or self.op == "r")
+        return self._raw
 
     @property
     def table(self) -> str:
@@ -180,7 +186,7 @@ class _Change:
         return self.raw.change_id
 
 
-@dataclass
+@dataclass(slots=True)
 class RecordEvent(_Change):
     """A change of a ``records`` row (base of the four record event types)."""
 
@@ -203,7 +209,7 @@ class RecordEvent(_Change):
         return RecordChanged(self.op, self.after, self.before, self.position)
 
 
-@dataclass
+@dataclass(slots=True)
 class ReadyRecord(RecordEvent):
     """A record that just became trigger-visible (insert, read, or unready→ready)."""
 
@@ -214,22 +220,22 @@ class ReadyRecord(RecordEvent):
         return self.record.tombstone
 
 
-@dataclass
+@dataclass(slots=True)
 class UnreadyInsert(RecordEvent):
     """A record inserted (or read) before enrichment: for the readiness gate only."""
 
 
-@dataclass
+@dataclass(slots=True)
 class RecordUpdate(RecordEvent):
     """An update that is not a readiness transition."""
 
 
-@dataclass
+@dataclass(slots=True)
 class RecordDelete(RecordEvent):
     """A deleted row (``before`` holds it, ``after`` is None)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class CursorRow:
     """A ``derivation_cursors`` row.  Instants are epoch seconds."""
 
@@ -247,7 +253,7 @@ class CursorRow:
     last_job_id: str | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class CursorAdvance(_Change):
     """A change of a cursor row (insert, update, delete or snapshot read)."""
 
@@ -618,7 +624,15 @@ def parse(value: bytes | bytearray | memoryview | str | Mapping[str, Any] | None
     """
     if value is None:
         return None
-    doc = value if isinstance(value, Mapping) else _load(value, max_bytes)
+    if isinstance(value, Mapping):
+        doc = value
+    else:
+        doc = _load(value, max_bytes)
+        if _c_parse is not None and RECORDS in tables:
+            # the C parser, or None for what only this function parses (or rejects)
+            event = _c_parse(doc, key)
+            if event is not None:
+                return event  # type: ignore[no-any-return]
     if not isinstance(doc, dict):
         raise NotAnEnvelope(f"expected a JSON object, got {type(doc).__name__}")
     if "payload" in doc and "schema" in doc:  # JsonConverter with schemas.enable=true
@@ -630,7 +644,7 @@ def parse(value: bytes | bytearray | memoryview | str | Mapping[str, Any] | None
     op = doc.get("op")
     if op is None:
         raise MissingField("envelope has no 'op'", field="op")
-    if op not in OPS:
+    if not isinstance(op, str) or op not in OPS:  # (a list is not hashable)
         what = {"t": "truncate", "m": "logical message"}.get(str(op))
         raise UnknownOp(f"op {op!r}" + (f" ({what})" if what else "") +
                         " is not a change the engine consumes", op=str(op)[:20])
@@ -697,3 +711,13 @@ class _Missing:
 
 
 _MISSING: Final = _Missing()
+
+
+#: The C parser of the common records envelope (``wakeline/core/_ccodec.c``'s
+#: ``parse_record``), unless it was not built or ``WAKELINE_PURE_CODEC=1`` switches it
+#: off.  :func:`parse`'s Python body is its specification and fallback.
+_c_parse: Any = None
+if _ccodec is not None:
+    _ccodec.setup_envelope(Source, ReadyRecord, UnreadyInsert, RecordUpdate, RecordDelete, Rec,
+                           orjson.loads)
+    _c_parse = _ccodec.parse_record

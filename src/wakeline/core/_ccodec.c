@@ -1,5 +1,6 @@
 /* The state codec in C: the same bytes and states as wakeline/core/codec.py's _Writer and
- * _Reader; and the ready batch's item decoder (wakeline/streams/ready.py's decode).
+ * _Reader; the ready batch's item decoder (wakeline/streams/ready.py's decode); and the
+ * parser of the common records change envelope (wakeline/cdc/envelope.py's parse).
  *
  * codec.py is the specification.  This module writes the version-1 body of an
  * EntityState (the V1 byte, the mask, the sections) for the shapes the core makes:
@@ -7,8 +8,8 @@
  * and the caller encodes with the Python writer, which also raises the errors a bad
  * state deserves; the reader likewise returns None for bytes codec.py must read (it says
  * what is wrong with corrupt ones).  Deflating stays in Python.  The differential tests
- * (tests/unit/core/test_ccodec.py, tests/unit/test_ready_c.py) hold the two sides to the
- * same bytes and the same objects.
+ * (tests/unit/core/test_ccodec.py, tests/unit/test_ready_c.py,
+ * tests/unit/cdc/test_envelope_c.py) hold the two sides to the same bytes and objects.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -463,8 +464,7 @@ static int cls_setup(Cls *c, PyTypeObject *t) {
         if (!c->interned[i] && !(c->interned[i] = PyUnicode_InternFromString(c->names[i])))
             return -1;
         c->offs[i] = -1;
-        PyObject *d = PyDict_GetItemWithError(t->tp_dict, c->interned[i]);
-        if (!d && PyErr_Occurred()) return -1;
+        PyObject *d = _PyType_Lookup(t, c->interned[i]); /* along the MRO: inherited slots */
         if (d && Py_IS_TYPE(d, &PyMemberDescr_Type)) {
             PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
             if (m->type == T_OBJECT_EX) c->offs[i] = m->offset;
@@ -1507,6 +1507,466 @@ static PyObject *setup_ready(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ---- the change envelope of a records row: wakeline/cdc/envelope.py's parse ----
+ *
+ * parse_record(doc, key) builds the event envelope.parse builds for a decoded envelope of
+ * a ``records`` row in the form the relay and Debezium write: every field of its exact
+ * type, instants as "YYYY-MM-DDTHH:MM:SS[.f]Z", no unchanged-TOAST placeholder, no
+ * transaction block, and a message key in canonical form.  For anything else it returns
+ * None and envelope.py parses it (and says what is wrong with it): C accepts a subset of
+ * what Python accepts, with the same result (tests/unit/cdc/test_envelope_c.py). */
+
+static PyTypeObject *SourceType, *ReadyRecordType, *UnreadyInsertType, *RecordUpdateType,
+    *RecordDeleteType;
+static PyObject *j_loads; /* orjson.loads */
+static Cls C_SRC = {11, {"table", "schema", "db", "connector", "name", "version", "lsn",
+                         "tx_id", "ts_us", "snapshot", "prev_commit_lsn"}};
+#define EV_FIELDS                                                                          \
+    "op", "workspace", "entity", "source", "raw_parts", "position", "ts_ms", "transaction", \
+        "_raw", "after", "before"
+static Cls C_READY = {12, {EV_FIELDS, "transition"}};
+static Cls C_UNREADY = {11, {EV_FIELDS}};
+static Cls C_UPDATE = {11, {EV_FIELDS}};
+static Cls C_DELETE = {11, {EV_FIELDS}};
+
+enum {
+    K_payload, K_schema, K_op, K_source, K_table, K_records, K_sequence, K_lsn, K_txId,
+    K_ts_us, K_snapshot, K_false, K_db, K_connector, K_name, K_version, K_after, K_before,
+    K_workspace, K_entity, K_seq, K_content, K_annotations, K_scores, K_ts_ms, K_transaction,
+    K_collection, K_collection_version, K_type, K_status, K_key, K_text, K_tombstone,
+    K_parents, K_enriched_at, K_created_at, K_active, K_empty, K_unavailable, K_COUNT
+};
+static const char *k_names[K_COUNT] = {
+    "payload", "schema", "op", "source", "table", "records", "sequence", "lsn", "txId",
+    "ts_us", "snapshot", "false", "db", "connector", "name", "version", "after", "before",
+    "workspace", "entity", "seq", "content", "annotations", "scores", "ts_ms", "transaction",
+    "collection", "collection_version", "type", "status", "key", "text", "tombstone",
+    "parents", "enriched_at", "created_at", "active", "", "__debezium_unavailable_value"};
+static PyObject *K[K_COUNT];
+
+/* d[K[k]], borrowed; NULL when absent (an error is only possible for a str key's hash,
+ * which cannot fail) */
+static inline PyObject *get(PyObject *d, int k) { return PyDict_GetItemWithError(d, K[k]); }
+
+static inline int same_str(PyObject *v, int k) {
+    return PyUnicode_CheckExact(v) && PyUnicode_Compare(v, K[k]) == 0;
+}
+
+static int digits(const char *s, int n, int *out) {
+    int x = 0;
+    for (int i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') return 1;
+        x = x * 10 + (s[i] - '0');
+    }
+    *out = x;
+    return 0;
+}
+
+static int64_t days_from_civil(int64_t y, int m, int d) {
+    y -= m <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    int64_t yoe = y - era * 400;
+    int64_t doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
+    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+/* envelope.parse_instant of "YYYY-MM-DDTHH:MM:SS[.f{1,6}]Z" (or None): epoch seconds as
+ * (micros / 10**6), which Python computes in doubles for |micros| <= 2**53 */
+static int instant(PyObject *v, PyObject **out) {
+    if (v == NULL || v == Py_None) {
+        *out = Py_NewRef(Py_None);
+        return 0;
+    }
+    if (!PyUnicode_CheckExact(v) || !PyUnicode_IS_ASCII(v)) return FALLBACK;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(v);
+    const char *s = (const char *)PyUnicode_1BYTE_DATA(v);
+    if (n < 20 || n > 27 || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' ||
+        s[16] != ':' || s[n - 1] != 'Z')
+        return FALLBACK;
+    int y, mo, d, h, mi, se, f = 0;
+    if (digits(s, 4, &y) || digits(s + 5, 2, &mo) || digits(s + 8, 2, &d) ||
+        digits(s + 11, 2, &h) || digits(s + 14, 2, &mi) || digits(s + 17, 2, &se))
+        return FALLBACK;
+    if (n > 20) {
+        int nd = (int)n - 21;
+        if (s[19] != '.' || nd < 1 || digits(s + 20, nd, &f)) return FALLBACK;
+        for (int i = nd; i < 6; i++) f *= 10;
+    }
+    static const int mdays[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    if (y < 1 || mo < 1 || mo > 12 || d < 1 || d > mdays[mo - 1] + (mo == 2 && leap) ||
+        h > 23 || mi > 59 || se > 59)
+        return FALLBACK;
+    int64_t us = ((days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + se) * 1000000) + f;
+    if (us > ((int64_t)1 << 53) || us < -((int64_t)1 << 53)) return FALLBACK;
+    *out = PyFloat_FromDouble((double)us / 1e6);
+    return *out ? 0 : -1;
+}
+
+/* the first LSN of source.sequence, "[E,E]" with E null or a quoted decimal: an int, or
+ * None (for null, or a sequence that is not text, which envelope.py ignores) */
+static int sequence_prev(PyObject *seq, PyObject **out) {
+    if (seq == NULL || !PyUnicode_Check(seq)) {
+        *out = Py_NewRef(Py_None);
+        return 0;
+    }
+    if (!PyUnicode_CheckExact(seq) || !PyUnicode_IS_ASCII(seq)) return FALLBACK;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(seq);
+    const char *s = (const char *)PyUnicode_1BYTE_DATA(seq);
+    char first[48];
+    int have_first = 0;
+    Py_ssize_t i = 0;
+    if (n < 2 || s[i++] != '[') return FALLBACK;
+    for (int e = 0; e < 2; e++) {
+        if (i + 4 <= n && memcmp(s + i, "null", 4) == 0) {
+            i += 4;
+        } else if (i < n && s[i] == '"') {
+            Py_ssize_t j = ++i;
+            while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+            if (i == j || i - j > 40 || i >= n || s[i] != '"') return FALLBACK;
+            if (e == 0) {
+                memcpy(first, s + j, i - j);
+                first[i - j] = 0;
+                have_first = 1;
+            }
+            i++;
+        } else {
+            return FALLBACK;
+        }
+        if (i >= n || s[i++] != (e == 0 ? ',' : ']')) return FALLBACK;
+    }
+    if (i != n) return FALLBACK;
+    *out = have_first ? PyLong_FromString(first, NULL, 10) : Py_NewRef(Py_None);
+    return *out ? 0 : -1;
+}
+
+/* None, or an exact int (a bool, or any other type, is envelope.py's to reject) */
+static int opt_int(PyObject *v, PyObject **out) {
+    if (v == NULL || v == Py_None) {
+        *out = Py_NewRef(Py_None);
+        return 0;
+    }
+    if (!PyLong_CheckExact(v)) return FALLBACK;
+    *out = Py_NewRef(v);
+    return 0;
+}
+
+static int source_of(PyObject *src, PyObject **out) {
+    PyObject *v[11] = {NULL};
+    int rc = FALLBACK;
+    PyObject *table = get(src, K_table);
+    if (!table || !same_str(table, K_records)) return FALLBACK;
+    v[0] = Py_NewRef(table);
+    for (int i = 1; i < 6; i++) {
+        PyObject *x = get(src, (int[]){0, K_schema, K_db, K_connector, K_name, K_version}[i]);
+        v[i] = Py_NewRef(x ? x : Py_None);
+    }
+    if ((rc = opt_int(get(src, K_lsn), &v[6])) || (rc = opt_int(get(src, K_txId), &v[7])))
+        goto fail;
+    PyObject *ts = get(src, K_ts_us);
+    if (!ts || !PyLong_CheckExact(ts)) {
+        rc = FALLBACK;
+        goto fail;
+    }
+    v[8] = Py_NewRef(ts);
+    PyObject *snap = get(src, K_snapshot);
+    if (!snap || snap == Py_None || same_str(snap, K_false)) {
+        v[9] = Py_NewRef(Py_None);
+    } else if (PyUnicode_CheckExact(snap)) {
+        v[9] = Py_NewRef(snap);
+    } else {
+        rc = FALLBACK;
+        goto fail;
+    }
+    if ((rc = sequence_prev(get(src, K_sequence), &v[10]))) goto fail;
+    if (!(*out = make(SourceType, &C_SRC, v))) return -1;
+    return 0;
+fail:
+    clear_vals(v, 11);
+    return rc;
+}
+
+/* envelope._json_column of a column of the copy (in place); FALLBACK for what needs
+ * envelope.py (text orjson refuses, or not an object) */
+static int json_column(PyObject *row, int k) {
+    PyObject *v = get(row, k), *nv;
+    if (!v || PyDict_CheckExact(v)) return 0;
+    if (v == Py_None) {
+        nv = PyDict_New();
+    } else if (PyUnicode_CheckExact(v)) {
+        if (PyUnicode_GET_LENGTH(v) == 2 && PyUnicode_IS_ASCII(v) &&
+            memcmp(PyUnicode_1BYTE_DATA(v), "{}", 2) == 0) {
+            nv = PyDict_New();
+        } else {
+            if (!(nv = PyObject_CallOneArg(j_loads, v))) {
+                if (PyErr_ExceptionMatches(PyExc_MemoryError)) return -1;
+                PyErr_Clear();
+                return FALLBACK;
+            }
+            if (nv == Py_None) {
+                Py_SETREF(nv, PyDict_New());
+            } else if (!PyDict_CheckExact(nv)) {
+                Py_DECREF(nv);
+                return FALLBACK;
+            }
+        }
+    } else {
+        return FALLBACK;
+    }
+    if (!nv) return -1;
+    int r = PyDict_SetItem(row, K[k], nv);
+    Py_DECREF(nv);
+    return r;
+}
+
+/* envelope._decoded of a row (a new dict), after checking (for ``after``) that no column
+ * holds the unchanged-TOAST placeholder */
+static int decoded_row(PyObject *row, int check_unavailable, PyObject **out) {
+    if (check_unavailable) {
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(row, &pos, &k, &v))
+            if (same_str(v, K_unavailable)) return FALLBACK;
+    }
+    PyObject *c = PyDict_Copy(row);
+    if (!c) return -1;
+    int rc;
+    if ((rc = json_column(c, K_content)) || (rc = json_column(c, K_annotations)) ||
+        (rc = json_column(c, K_scores))) {
+        Py_DECREF(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+#define NONE_OR(v, check) ((v) == NULL || (v) == Py_None || (check))
+
+/* envelope._to_rec of a decoded row, for the common row only (_to_rec's fast branch) */
+static int rec_of(PyObject *row, PyObject **out) {
+    PyObject *seq = get(row, K_seq), *coll = get(row, K_collection),
+             *ver = get(row, K_collection_version), *typ = get(row, K_type),
+             *status = get(row, K_status), *key = get(row, K_key), *text = get(row, K_text),
+             *tomb = get(row, K_tombstone), *parents = get(row, K_parents),
+             *content = get(row, K_content), *ann = get(row, K_annotations),
+             *scores = get(row, K_scores);
+    if (!seq || !PyLong_CheckExact(seq) || !coll || !PyUnicode_CheckExact(coll) ||
+        !NONE_OR(ver, PyLong_CheckExact(ver)) || !NONE_OR(typ, PyUnicode_CheckExact(typ)) ||
+        !NONE_OR(status, PyUnicode_CheckExact(status)) ||
+        !NONE_OR(key, PyUnicode_CheckExact(key)) || !NONE_OR(text, PyUnicode_CheckExact(text)) ||
+        !NONE_OR(tomb, tomb == Py_True || tomb == Py_False) || !content ||
+        !PyDict_CheckExact(content) || !ann || !PyDict_CheckExact(ann) || !scores ||
+        !PyDict_CheckExact(scores))
+        return FALLBACK;
+    if (!NONE_OR(parents, PyList_CheckExact(parents))) return FALLBACK;
+    Py_ssize_t np = (parents && parents != Py_None) ? PyList_GET_SIZE(parents) : 0;
+    for (Py_ssize_t i = 0; i < np; i++)
+        if (!PyLong_CheckExact(PyList_GET_ITEM(parents, i))) return FALLBACK;
+    PyObject *v[14] = {NULL};
+    int rc;
+    if ((rc = instant(get(row, K_created_at), &v[12])) ||
+        (rc = instant(get(row, K_enriched_at), &v[11]))) {
+        clear_vals(v, 14);
+        return rc;
+    }
+    if (v[12] == Py_None) {
+        Py_SETREF(v[12], PyFloat_FromDouble(0.0));
+        if (!v[12]) {
+            clear_vals(v, 14);
+            return -1;
+        }
+    }
+    v[13] = np ? PyList_AsTuple(parents) : PyTuple_New(0);
+    if (!v[13]) {
+        clear_vals(v, 14);
+        return -1;
+    }
+    v[0] = Py_NewRef(seq);
+    v[1] = Py_NewRef(coll);
+    v[2] = NONE_OR(ver, 0) ? PyLong_FromLong(1) : Py_NewRef(ver);
+    v[3] = Py_NewRef(NONE_OR(typ, PyUnicode_GET_LENGTH(typ) == 0) ? K[K_empty] : typ);
+    v[4] = Py_NewRef(NONE_OR(status, 0) ? K[K_active] : status);
+    v[5] = Py_NewRef(key ? key : Py_None);
+    v[6] = Py_NewRef(content);
+    v[7] = Py_NewRef(NONE_OR(text, PyUnicode_GET_LENGTH(text) == 0) ? K[K_empty] : text);
+    v[8] = Py_NewRef(tomb == Py_True ? Py_True : Py_False);
+    v[9] = Py_NewRef(ann);
+    v[10] = Py_NewRef(scores);
+    *out = make(RecType, &C_REC, v);
+    return *out ? 0 : -1;
+}
+
+/* the message key names (workspace, entity) in canonical form: envelope._check_key
+ * accepts it (anything else, envelope.py checks) */
+static int key_ok(PyObject *key, PyObject *ws, PyObject *ent) {
+    if (key == Py_None) return 1;
+    if (!PyBytes_CheckExact(key)) return 0;
+    Py_ssize_t lw, le;
+    const char *w = PyUnicode_AsUTF8AndSize(ws, &lw);
+    const char *e = w ? PyUnicode_AsUTF8AndSize(ent, &le) : NULL;
+    if (!e) {
+        PyErr_Clear();
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < lw; i++)
+        if (w[i] == '"' || w[i] == '\\' || (unsigned char)w[i] < 0x20) return 0;
+    for (Py_ssize_t i = 0; i < le; i++)
+        if (e[i] == '"' || e[i] == '\\' || (unsigned char)e[i] < 0x20) return 0;
+    static const char a[] = "{\"workspace\":\"", b[] = "\",\"entity\":\"", c[] = "\"}";
+    Py_ssize_t la = sizeof a - 1, lb = sizeof b - 1, lc = sizeof c - 1;
+    const char *k = PyBytes_AS_STRING(key);
+    if (PyBytes_GET_SIZE(key) != la + lw + lb + le + lc) return 0;
+    return memcmp(k, a, la) == 0 && memcmp(k + la, w, lw) == 0 &&
+           memcmp(k + la + lw, b, lb) == 0 && memcmp(k + la + lw + lb, e, le) == 0 &&
+           memcmp(k + la + lw + lb + le, c, lc) == 0;
+}
+
+static int is_ready(PyObject *rec) {
+    return *(PyObject **)((char *)rec + C_REC.offs[11]) != Py_None;
+}
+
+static int record_event(PyObject *doc, PyObject *key, PyObject **out) {
+    if (!PyDict_CheckExact(doc) || (get(doc, K_payload) && get(doc, K_schema))) return FALLBACK;
+    PyObject *op = get(doc, K_op);
+    if (!op || !PyUnicode_CheckExact(op) || PyUnicode_GET_LENGTH(op) != 1 ||
+        !PyUnicode_IS_ASCII(op))
+        return FALLBACK;
+    char o = (char)PyUnicode_1BYTE_DATA(op)[0];
+    if (o != 'c' && o != 'u' && o != 'd' && o != 'r') return FALLBACK;
+    PyObject *src = get(doc, K_source);
+    if (!src || !PyDict_CheckExact(src)) return FALLBACK;
+    PyObject *after = get(doc, K_after), *before = get(doc, K_before);
+    if (o == 'd') {
+        if (!before || !PyDict_CheckExact(before)) return FALLBACK;
+        after = NULL;
+    } else {
+        if (!after || !PyDict_CheckExact(after)) return FALLBACK;
+        if (before == Py_None) before = NULL;
+        if (before && !PyDict_CheckExact(before)) return FALLBACK;
+    }
+    PyObject *row = after ? after : before;
+    PyObject *ws = get(row, K_workspace), *ent = get(row, K_entity), *seq = get(row, K_seq);
+    if (!ws || !PyUnicode_CheckExact(ws) || !ent || !PyUnicode_CheckExact(ent) || !seq ||
+        !PyLong_CheckExact(seq) || !key_ok(key, ws, ent))
+        return FALLBACK;
+    PyObject *tx = get(doc, K_transaction), *ts_ms = get(doc, K_ts_ms);
+    if ((tx && PyDict_Check(tx)) || (ts_ms && PyBool_Check(ts_ms))) return FALLBACK;
+    if (ts_ms && !PyLong_CheckExact(ts_ms)) ts_ms = NULL;
+
+    /* v: the fields of the event, in C_READY's order */
+    PyObject *v[12] = {NULL}, *a_row = NULL, *b_row = NULL, *a_rec = NULL, *b_rec = NULL,
+             *prev = NULL;
+    int rc;
+    if ((rc = source_of(src, &v[3]))) return rc;
+    if ((after && (rc = decoded_row(after, 1, &a_row))) ||
+        (before && (rc = decoded_row(before, 0, &b_row))) ||
+        (a_row && (rc = rec_of(a_row, &a_rec))) || (b_row && (rc = rec_of(b_row, &b_rec))))
+        goto fail;
+    PyObject *sv = (PyObject *)v[3];
+    PyObject *snapshot = *(PyObject **)((char *)sv + C_SRC.offs[9]);
+    PyObject *lsn = *(PyObject **)((char *)sv + C_SRC.offs[6]);
+    prev = *(PyObject **)((char *)sv + C_SRC.offs[10]);
+    if (snapshot != Py_None || o == 'r' || prev == Py_None || lsn == Py_None) {
+        v[5] = PyLong_FromLong(0);
+    } else if (!(v[5] = lsn_of(prev, lsn))) {
+        rc = PyErr_Occurred() ? -1 : FALLBACK;
+        goto fail;
+    }
+    PyObject *row_id = PyObject_Str(seq);
+    if (!row_id || !(v[4] = PyTuple_Pack(3, row_id, a_row ? a_row : Py_None,
+                                         b_row ? b_row : Py_None))) {
+        Py_XDECREF(row_id);
+        rc = -1;
+        goto fail;
+    }
+    Py_DECREF(row_id);
+    Py_CLEAR(a_row);
+    Py_CLEAR(b_row);
+    v[0] = Py_NewRef(op);
+    v[1] = Py_NewRef(ws);
+    v[2] = Py_NewRef(ent);
+    v[6] = Py_NewRef(ts_ms ? ts_ms : Py_None);
+    v[7] = Py_NewRef(Py_None);
+    v[8] = Py_NewRef(Py_None);
+    v[9] = a_rec ? a_rec : Py_NewRef(Py_None);
+    v[10] = b_rec ? b_rec : Py_NewRef(Py_None);
+    a_rec = b_rec = NULL;
+    PyTypeObject *t;
+    const Cls *c;
+    if (o == 'd') {
+        t = RecordDeleteType, c = &C_DELETE;
+    } else if (!is_ready(v[9])) {
+        t = (o == 'u') ? RecordUpdateType : UnreadyInsertType;
+        c = (o == 'u') ? &C_UPDATE : &C_UNREADY;
+    } else if (o != 'u' || v[10] == Py_None || !is_ready(v[10])) {
+        t = ReadyRecordType, c = &C_READY;
+        v[11] = Py_NewRef(o == 'u' ? Py_True : Py_False);
+    } else {
+        t = RecordUpdateType, c = &C_UPDATE;
+    }
+    *out = make(t, c, v);
+    if (c != &C_READY) Py_XDECREF(v[11]);
+    return *out ? 0 : -1;
+fail:
+    Py_XDECREF(a_row);
+    Py_XDECREF(b_row);
+    Py_XDECREF(a_rec);
+    Py_XDECREF(b_rec);
+    clear_vals(v, 12);
+    return rc;
+}
+
+PyDoc_STRVAR(parse_record_doc,
+             "parse_record(doc, key) -> event | None\n\n"
+             "envelope.parse's event of a decoded envelope of a records row in the common "
+             "form; None when envelope.py must parse it.");
+
+static PyObject *parse_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "parse_record(doc, key)");
+        return NULL;
+    }
+    if (!SourceType) {
+        PyErr_SetString(PyExc_RuntimeError, "_ccodec.setup_envelope() was not called");
+        return NULL;
+    }
+    PyObject *out;
+    int rc = record_event(args[0], args[1], &out);
+    if (rc == 0) return out;
+    if (rc == -1 && PyErr_ExceptionMatches(PyExc_MemoryError)) return NULL;
+    PyErr_Clear();
+    Py_RETURN_NONE;
+}
+
+static PyObject *setup_envelope(PyObject *self, PyObject *args) {
+    PyObject *s, *rr, *ui, *ru, *rd, *r, *loads;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!O", &PyType_Type, &s, &PyType_Type, &rr,
+                          &PyType_Type, &ui, &PyType_Type, &ru, &PyType_Type, &rd, &PyType_Type,
+                          &r, &loads))
+        return NULL;
+    for (int i = 0; i < K_COUNT; i++)
+        if (!K[i] && !(K[i] = PyUnicode_InternFromString(k_names[i]))) return NULL;
+    Py_XSETREF(SourceType, (PyTypeObject *)Py_NewRef(s));
+    Py_XSETREF(ReadyRecordType, (PyTypeObject *)Py_NewRef(rr));
+    Py_XSETREF(UnreadyInsertType, (PyTypeObject *)Py_NewRef(ui));
+    Py_XSETREF(RecordUpdateType, (PyTypeObject *)Py_NewRef(ru));
+    Py_XSETREF(RecordDeleteType, (PyTypeObject *)Py_NewRef(rd));
+    Py_XSETREF(RecType, (PyTypeObject *)Py_NewRef(r));
+    Py_XSETREF(j_loads, Py_NewRef(loads));
+    if (cls_setup(&C_SRC, SourceType) || cls_setup(&C_READY, ReadyRecordType) ||
+        cls_setup(&C_UNREADY, UnreadyInsertType) || cls_setup(&C_UPDATE, RecordUpdateType) ||
+        cls_setup(&C_DELETE, RecordDeleteType) || cls_setup(&C_REC, RecType))
+        return NULL;
+    /* every field a slot: is_ready and the position read them directly */
+    if (!C_SRC.direct || !C_READY.direct || !C_UNREADY.direct || !C_UPDATE.direct ||
+        !C_DELETE.direct || !C_REC.direct) {
+        PyErr_SetString(PyExc_TypeError, "setup_envelope: the classes must be slotted");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *setup(PyObject *self, PyObject *args) {
     PyObject *f, *d, *e, *j;
     if (!PyArg_ParseTuple(args, "O!O!O!O!", &PyType_Type, &f, &PyType_Type, &d, &PyType_Type, &e,
@@ -1529,6 +1989,10 @@ static PyMethodDef methods[] = {
     {"setup_ready", setup_ready, METH_VARARGS,
      "setup_ready(Item, RecordChanged, Rec, CursorAdvanced): the ready batch's classes"},
     {"setup", setup, METH_VARARGS, "setup(Fact, DState, EntityState, Job): the core's classes"},
+    {"parse_record", (PyCFunction)(void (*)(void))parse_record, METH_FASTCALL, parse_record_doc},
+    {"setup_envelope", setup_envelope, METH_VARARGS,
+     "setup_envelope(Source, ReadyRecord, UnreadyInsert, RecordUpdate, RecordDelete, Rec, "
+     "loads): the change envelope's classes and the JSON reader of its JSON columns"},
     {NULL, NULL, 0, NULL},
 };
 
