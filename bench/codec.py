@@ -1,5 +1,6 @@
-"""The codecs with a C side: entity states (µs per state to encode and decode) and ready
-batches (µs per change to decode), C against the Python specification.
+"""The codecs with a C side: entity states (µs per state to encode and decode), ready
+batches (µs per change to decode) and change envelopes (µs per envelope to parse), C
+against the Python specification.
 
 States: what the core holds after the mixed workload of bench/core_throughput.py (N
 entities, 4 records each, runs completing). Every state is encoded by both writers,
@@ -9,7 +10,10 @@ tunes it). Reference in the same run: the pure-Python writer and reader
 (``codec.encode_body`` / ``codec.decode_body``, what ``encode_state`` / ``decode_state`` ran
 before the C side), with the same deflate step. Ready batches: the workload's records as
 the readiness stage forwards them (batches of 1,000 changes), decoded by ``ready.decode``
-with the C item decoder and with ``ready.decode_items``; the Items must be equal.
+with the C item decoder and with ``ready.decode_items``; the Items must be equal. Change
+envelopes: the workload's records as the relay writes them (``cdc.compose``: records rows
+with JSON columns as text, ready inserts), parsed by ``envelope.parse`` with and without its
+C parser; the events must be equal.
 
     python bench/codec.py [--entities 20000] [--repeat 5] [--tiny]
 """
@@ -30,7 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _catalog import write as write_catalog  # noqa: E402
 from core_throughput import run_core, to_rec, workload  # noqa: E402
 
-from wakeline.cdc._json import loads  # noqa: E402
+from wakeline.cdc import envelope  # noqa: E402
+from wakeline.cdc._json import dumpb, dumps, loads  # noqa: E402
+from wakeline.cdc.compose import SourceTemplate  # noqa: E402
+from wakeline.cdc.compose import envelope as compose_envelope  # noqa: E402
 from wakeline.core import codec  # noqa: E402
 from wakeline.core.events import RecordChanged  # noqa: E402
 from wakeline.core.state import EntityState  # noqa: E402
@@ -75,6 +82,40 @@ def python_ready(batch: bytes) -> list[ready.Item]:
     return ready.decode_items(loads(batch)["items"])
 
 
+def envelopes(stream: list[tuple[str, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The stream's records as the relay's (value, key) of a ready insert each."""
+    import json
+
+    out = []
+    template = SourceTemplate(db="wakeline")
+    lsn = 0x16B3_0000
+    for ent, raw in stream:
+        r = json.loads(raw)
+        lsn += 200
+        row = {"seq": r["seq"], "workspace": "default", "entity": ent,
+               "collection": r["collection"], "collection_version": 1, "type": r.get("type", ""),
+               "status": "active", "key": r.get("key"), "content": dumps(r["content"]),
+               "text": "", "tombstone": False, "parents": None, "annotations": "{}",
+               "scores": dumps(r.get("scores", {})),
+               "enriched_at": "2026-12-06T14:07:04.123456Z",
+               "created_at": "2026-12-06T14:07:04.120001Z", "produced_by_run": None}
+        src = template.block(schema="public", table="records", ts_us=1_796_566_024_123_456,
+                             tx_id=700 + r["seq"], lsn=lsn, prev_commit_lsn=lsn - 200,
+                             snapshot=None)
+        out.append((compose_envelope("c", None, row, src, 1_796_566_024_200_000_000),
+                    dumpb({"workspace": "default", "entity": ent})))
+    return out
+
+
+def python_parse(message: tuple[bytes, bytes]) -> Any:
+    """envelope.parse with its C parser off."""
+    saved, envelope._c_parse = envelope._c_parse, None
+    try:
+        return envelope.parse(*message)
+    finally:
+        envelope._c_parse = saved
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--entities", type=int, default=20_000)
@@ -83,7 +124,8 @@ def main() -> None:
     a = ap.parse_args()
     if a.tiny:
         a.entities, a.repeat = 300, 1
-    if codec._c_encode_body is None or codec._c_decode_body is None or ready._c_items is None:
+    if codec._c_encode_body is None or codec._c_decode_body is None or \
+            ready._c_items is None or envelope._c_parse is None:
         sys.exit("the C side is not built (or WAKELINE_PURE_CODEC is set): nothing to compare")
     stream = workload(a.entities, a.entities * 4)
     with tempfile.TemporaryDirectory() as tmp:
@@ -91,6 +133,12 @@ def main() -> None:
     batches, changes = ready_batches(stream)
     if any(ready.decode(b)[1] != python_ready(b) for b in batches):
         sys.exit("the C and Python ready-batch decoders disagree")
+    messages = envelopes(stream)
+    if any(envelope.parse(*m) != python_parse(m) for m in messages):
+        sys.exit("the C and Python envelope parsers disagree")
+    taken = sum(envelope._c_parse(loads(v), k) is not None for v, k in messages)
+    if taken != len(messages):
+        sys.exit(f"the C parser left {len(messages) - taken} relay envelopes to Python")
     states = list(held.values())
     blobs = [codec.encode_state(s) for s in states]
     mismatched = sum(b != python_encode(s) for s, b in zip(states, blobs, strict=True))
@@ -110,6 +158,8 @@ def main() -> None:
     per_change = len(batches) / changes * us
     c_ready = timed(ready.decode, batches, a.repeat) * per_change
     py_ready = timed(python_ready, batches, a.repeat) * per_change
+    c_parse = timed(lambda m: envelope.parse(*m), messages, a.repeat) * us
+    py_parse = timed(python_parse, messages, a.repeat) * us
     size = sum(map(len, blobs)) / len(blobs)
     print(f"states                 {len(states):,} (core workload over {a.entities:,} entities, "
           f"{size:.0f} B stored on average, all equal in C and Python)")
@@ -119,8 +169,10 @@ def main() -> None:
           f"{py_dec:6.2f} us/state")
     print(f"ready.decode, C items   {c_ready:6.2f} us/change  ({changes:,} changes in batches "
           f"of 1,000; the Python decoder {py_ready:.2f} us/change)")
+    print(f"envelope.parse, C       {c_parse:6.2f} us/envelope  ({len(messages):,} relay "
+          f"envelopes of ready inserts; the Python parser {py_parse:.2f} us/envelope)")
     print(f"ratio C / Python: encode {c_enc / py_enc:.3f}, decode {c_dec / py_dec:.3f}, "
-          f"ready batch {c_ready / py_ready:.3f}")
+          f"ready batch {c_ready / py_ready:.3f}, envelope {c_parse / py_parse:.3f}")
 
 
 if __name__ == "__main__":
