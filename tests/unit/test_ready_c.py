@@ -5,9 +5,7 @@ ready.py, which raises the BadBatch a malformed message deserves)."""
 from __future__ import annotations
 
 import copy
-import gc
 import os
-import tracemalloc
 from typing import Any
 
 import pytest
@@ -15,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit.core.test_codec import typed, values
+from tests.unit.leaks import bytes_kept
 from tests.unit.test_stream_ready import _rec
 from wakeline.cdc._json import loads
 from wakeline.core.events import CursorAdvanced, RecordChanged
@@ -156,16 +155,7 @@ def test_no_memory_is_kept_between_calls():
         for b in bad:
             assert C(copy.deepcopy(b)) is None
 
-    for _ in range(100):
-        once()
-    gc.collect()
-    tracemalloc.start()
-    before = tracemalloc.get_traced_memory()[0]
-    for _ in range(500):
-        once()
-    gc.collect()
-    grown = tracemalloc.get_traced_memory()[0] - before
-    tracemalloc.stop()
+    grown = bytes_kept(once)
     assert grown < 8_000, f"{grown} bytes kept after 500 rounds"
 
 

@@ -5,10 +5,8 @@ None (and envelope.py, which parses it or raises the error it deserves)."""
 from __future__ import annotations
 
 import copy
-import gc
 import json
 import os
-import tracemalloc
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,6 +16,7 @@ from hypothesis import strategies as st
 
 from tests.unit.cdc import samples
 from tests.unit.core.test_codec import typed
+from tests.unit.leaks import bytes_kept
 from wakeline.cdc import envelope
 from wakeline.cdc.compose import SourceTemplate
 from wakeline.cdc.compose import envelope as compose_envelope
@@ -319,14 +318,5 @@ def test_no_memory_is_kept_between_calls():
             C(d, KEY)
         assert C(good[0], b"{}") is None
 
-    for _ in range(100):
-        once()
-    gc.collect()
-    tracemalloc.start()
-    before = tracemalloc.get_traced_memory()[0]
-    for _ in range(500):
-        once()
-    gc.collect()
-    grown = tracemalloc.get_traced_memory()[0] - before
-    tracemalloc.stop()
+    grown = bytes_kept(once)
     assert grown < 8_000, f"{grown} bytes kept after 500 rounds"

@@ -4,11 +4,9 @@ the Python writer and reader of wakeline.core.codec: the same bytes and the same
 
 from __future__ import annotations
 
-import gc
 import math
 import os
 import random
-import tracemalloc
 from typing import Any
 
 import pytest
@@ -18,6 +16,7 @@ from hypothesis import strategies as st
 from tests.unit.core.helpers import sim_for
 from tests.unit.core.test_codec import MORE, OLD_STATE, states, typed, values
 from tests.unit.core.test_state import random_history
+from tests.unit.leaks import bytes_kept
 from wakeline.core import codec
 from wakeline.core.codec import decode_state, encode_body, encode_state
 from wakeline.core.plan import Fact
@@ -244,15 +243,6 @@ def test_no_memory_is_kept_between_calls():
         for b in bad[::7]:
             _ccodec.decode_body(b, None, None)
 
-    for _ in range(100):
-        once()
-    gc.collect()
-    tracemalloc.start()
-    before = tracemalloc.get_traced_memory()[0]
-    for _ in range(ROUNDS):
-        once()
-    gc.collect()
-    grown = tracemalloc.get_traced_memory()[0] - before
-    tracemalloc.stop()
+    grown = bytes_kept(once, ROUNDS)
     # one object of 32 B kept per call would be 16,000 B
     assert grown < 8_000, f"{grown} bytes kept after {ROUNDS} rounds"
