@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -174,3 +174,106 @@ def evaluate(op: str, type_: str, items: str | None, operand: Any, value: Any) -
     except (Mismatch, TypeError):
         return False
     return False
+
+
+#: the Python type a record value of a scalar field type already has when
+#: ``coerce`` would return it unchanged (a float of a ``number`` still goes through
+#: ``coerce``: it must be finite)
+_AS_IS = {"string": str, "boolean": bool, "integer": int, "number": int}
+_COMPARE = {"eq": lambda a, b: bool(a == b), "gt": lambda a, b: bool(a > b),
+            "gte": lambda a, b: bool(a >= b), "lt": lambda a, b: bool(a < b),
+            "lte": lambda a, b: bool(a <= b)}
+
+
+def compile_test(op: str, type_: str, items: str | None, operand: Any) -> Callable[[Any], bool]:
+    """``evaluate(op, type_, items, operand, ·)`` as a one-argument function, with the
+    operand coerced once instead of per record.  Same answer for every value
+    (tests/unit/catalog/test_compile_test.py); forms it does not specialize keep
+    calling :func:`evaluate`."""
+
+    def generic(value: Any) -> bool:
+        return evaluate(op, type_, items, operand, value)
+
+    if op == "exists":
+        want = bool(operand)
+        return lambda value: (value is not MISSING and value is not None) is want
+    try:
+        if type_ == "array":
+            if items is None or op not in ("eq", "contains_any", "contains_all"):
+                return generic
+            wanted = [coerce(items, v) for v in operand]
+        elif op == "in":
+            # evaluate() coerces the options lazily and answers False at the first
+            # that does not coerce: only the ones before it can ever match.
+            options = []
+            for o in operand:
+                try:
+                    options.append(coerce(type_, o))
+                except (Mismatch, TypeError):
+                    break
+        elif op in _COMPARE:
+            other = coerce(type_, operand)
+        else:
+            return generic
+    except (Mismatch, TypeError):
+        return generic
+    if type_ == "array":
+        return _array_test(op, items, wanted)  # type: ignore[arg-type]
+    as_is = _AS_IS.get(type_)
+
+    def scalar(value: Any) -> Any:
+        """The coerced value, or MISSING when it is absent or of another type."""
+        if type(value) is as_is:
+            return value
+        if value is MISSING or value is None:
+            return MISSING
+        try:
+            return coerce(type_, value)
+        except (Mismatch, TypeError):
+            return MISSING
+
+    if op == "in":
+        def test_in(value: Any) -> bool:
+            got = scalar(value)
+            if got is MISSING:
+                return False
+            try:
+                return any(got == o for o in options)
+            except TypeError:
+                return False
+        return test_in
+    compare = _COMPARE[op]
+
+    def test(value: Any) -> bool:
+        got = scalar(value)
+        if got is MISSING:
+            return False
+        try:
+            return compare(got, other)
+        except TypeError:
+            return False
+    return test
+
+
+def _array_test(op: str, items: str, wanted: list[Any]) -> Callable[[Any], bool]:
+    def elements(value: Any) -> list[Any] | None:
+        if not isinstance(value, list):
+            return None
+        try:
+            return [coerce(items, v) for v in value]
+        except (Mismatch, TypeError):
+            return None
+
+    def test(value: Any) -> bool:
+        got = elements(value)
+        if got is None:
+            return False
+        try:
+            if op == "eq":
+                return got == wanted
+            if op == "contains_any":
+                return any(w in got for w in wanted)
+            return all(w in got for w in wanted)
+        except TypeError:
+            return False
+    return test

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 from typing import Any
 
-from wakeline.catalog._values import MISSING, Mismatch, evaluate, parse_datetime
+from wakeline.catalog._values import MISSING, Mismatch, compile_test, parse_datetime
 
 
 @dataclass(slots=True)  # not frozen: one per change, and a frozen init costs 3x
@@ -79,14 +79,22 @@ class FieldRef:
     items: str | None = None
     bindings: Mapping[tuple[str, int], tuple[str | None, str]] = field(default_factory=dict)
 
+    @cached_property
+    def _paths(self) -> dict[tuple[str, int], tuple[str | None, tuple[str, ...]]]:
+        """``bindings`` with each dotted path split once."""
+        return {k: (a, tuple(p.split(".")) if p else ()) for k, (a, p) in self.bindings.items()}
+
     def get(self, rec: Rec) -> Any:
-        binding = self.bindings.get((rec.collection, rec.version))
+        binding = self._paths.get((rec.collection, rec.version))
         if binding is None:
             return MISSING
-        annotator, path = binding
-        if annotator is not None:
-            return dig(rec.annotations.get(annotator, MISSING), path)
-        return dig(rec.content, path)
+        annotator, parts = binding
+        node = rec.annotations.get(annotator, MISSING) if annotator is not None else rec.content
+        for part in parts:
+            if not isinstance(node, Mapping) or part not in node:
+                return MISSING
+            node = node[part]
+        return node
 
     def __hash__(self) -> int:
         return hash((self.name, self.type, self.items, tuple(sorted(self.bindings.items(),
@@ -99,9 +107,12 @@ class Pred:
     op: str
     operand: Any
 
+    @cached_property
+    def _test(self) -> Callable[[Any], bool]:
+        return compile_test(self.op, self.field.type, self.field.items, self.operand)
+
     def test(self, rec: Rec) -> bool:
-        return evaluate(self.op, self.field.type, self.field.items, self.operand,
-                        self.field.get(rec))
+        return self._test(self.field.get(rec))
 
 
 @dataclass(frozen=True)
