@@ -44,11 +44,22 @@ def _ts(t: float | None) -> str | None:
 _SEQ = attrgetter("seq")
 
 
-def pending(st: EntityState, d: DerivationPlan) -> list[Fact]:
-    """Ready driving-source records above the derivation's watermark, by seq."""
+def ready_facts(st: EntityState) -> list[Fact]:
+    """The entity's ready facts by seq (what :func:`pending` filters), for a caller
+    that evaluates several derivations on the same facts."""
+    out = [f for f in st.facts.values() if f.ready]
+    out.sort(key=_SEQ)
+    return out
+
+
+def pending(st: EntityState, d: DerivationPlan, ready: list[Fact] | None = None) -> list[Fact]:
+    """Ready driving-source records above the derivation's watermark, by seq.
+    ``ready``: :func:`ready_facts` of the same state, when the caller has it."""
     ds = st.ds.get(d.name)
     w = ds.w if ds is not None else 0
     i = d.index
+    if ready is not None:
+        return [f for f in ready if i in f.drive and f.seq > w]
     out = [f for f in st.facts.values() if f.ready and i in f.drive and f.seq > w]
     out.sort(key=_SEQ)
     return out
@@ -89,7 +100,7 @@ def current(st: EntityState, plan: Plan, cond: CondPlan) -> list[Fact]:
     """Current records in a condition's scope: slot heads, and every event row."""
     assert cond.scope is not None
     names, cid = cond.scope.names, cond.cid
-    keyed = names & plan.keyed
+    keyed = plan.keyed_names_of_cid[cid]
     out = [chain[-1] for chain in chains(st, keyed).values()] if keyed else []
     heads = [f for f in out if not f.tomb and cid in f.cond]
     return heads + [f for f in st.facts.values() if f.key is None and f.ready and not f.tomb
@@ -145,7 +156,7 @@ def evaluate_in(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, cond
                 now: float, fresh: list[Fact] | None) -> Eval:
     """:func:`evaluate` with the condition's derivation and its state at hand, and
     ``fresh`` already computed when the kind reads pending records (the engine's loop)."""
-    return _KINDS[cond.kind](plan, st, d, ds, cond, now, fresh)
+    return KINDS[cond.kind](plan, st, d, ds, cond, now, fresh)
 
 
 def _write(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, c: CondPlan,
@@ -215,9 +226,9 @@ def _accumulator(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, c: 
     if not ok:
         rel = "<" if c.comparison == "gte" else ">"
         return Eval(c, False, kind=OutcomeKind.BELOW_THRESHOLD, value=value, detail=detail,
-                    reason=f"{c.metric.aggregate} {value:g} {rel} threshold {c.threshold:g}")
+                    reason=f"{c.metric.aggregate} {value:g} {rel} threshold {c.threshold_text}")
     return Eval(c, True, permitted=max(_arrived(f) for f in rows), value=value, detail=detail,
-                reason=f"{c.metric.aggregate} {value:g} crossed threshold {c.threshold:g}")
+                reason=f"{c.metric.aggregate} {value:g} crossed threshold {c.threshold_text}")
 
 
 def census_count(plan: Plan, st: EntityState, c: CondPlan, now: float) -> int:
@@ -234,13 +245,13 @@ def _census(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, c: CondP
     detail = {"value": count, "threshold": c.threshold, "fresh": len(fresh)}
     if count < c.threshold:
         return Eval(c, False, kind=OutcomeKind.CENSUS_BELOW, value=count, detail=detail,
-                    reason=f"census {count} < threshold {c.threshold:g}")
+                    reason=f"census {count} < threshold {c.threshold_text}")
     if not fresh:
         return Eval(c, False, kind=OutcomeKind.NO_PENDING, value=count, detail=detail,
-                    reason=f"census {count} >= {c.threshold:g} but no new driving data "
+                    reason=f"census {count} >= {c.threshold_text} but no new driving data "
                            f"above watermark {ds.w}")
     return Eval(c, True, permitted=max(_arrived(f) for f in fresh), value=count, detail=detail,
-                reason=f"census {count} >= threshold {c.threshold:g} with new data")
+                reason=f"census {count} >= threshold {c.threshold_text} with new data")
 
 
 def _lifecycle(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, c: CondPlan,
@@ -311,7 +322,7 @@ def _external(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, c: Con
 #: the kinds that read the derivation's pending records
 PENDING_KINDS = frozenset({"write", "accumulator", "census", "lifecycle", "quiet"})
 
-_KINDS = {"write": _write, "changed": _changed, "retraction": _changed,
+KINDS = {"write": _write, "changed": _changed, "retraction": _changed,
           "accumulator": _accumulator, "census": _census, "lifecycle": _lifecycle,
           "quiet": _quiet, "at": _at, "cron": _external, "read": _external}
 
@@ -327,10 +338,12 @@ def relevant(cond: CondPlan, d: DerivationPlan, fact: Fact) -> bool:
     return in_scope(fact, cond.cid)
 
 
-def last_relevant_arrivals(plan: Plan, st: EntityState, cond: CondPlan) -> tuple[float, float] | None:
-    """(first, last) arrival among pending records relevant to ``cond`` (for debounce)."""
+def last_relevant_arrivals(plan: Plan, st: EntityState, cond: CondPlan,
+                           fresh: list[Fact] | None = None) -> tuple[float, float] | None:
+    """(first, last) arrival among pending records relevant to ``cond`` (for debounce);
+    ``fresh``: the pending records of its derivation, when the caller has them."""
     d = plan.derivations[cond.derivation]
-    rows = [f for f in pending(st, d) if relevant(cond, d, f)]
+    rows = [f for f in (pending(st, d) if fresh is None else fresh) if relevant(cond, d, f)]
     if not rows:
         return None
     arr = [_arrived(f) for f in rows]

@@ -120,8 +120,9 @@ class Engine:
                 state.last_lsn = event.lsn
             if touched:
                 fact = self._fact_of(state, event)
+                ready = C.ready_facts(state) if len(touched) > 1 else None
                 for d in touched:
-                    self._evaluate(step, d, now, fact=fact)
+                    self._evaluate(step, d, now, fact=fact, ready=ready)
         elif isinstance(event, CursorAdvanced):
             if event.lsn and event.lsn <= state.last_lsn:
                 step.duplicate = True
@@ -140,14 +141,16 @@ class Engine:
         elif isinstance(event, SlotRestored):
             self._on_restored(step, event, now)
         elif isinstance(event, Reevaluate):
+            ready = C.ready_facts(state)
             for d in self.plan.by_index:
                 if event.derivation in (None, d.name) and d.name in state.ds:
-                    self._evaluate(step, d, now)
+                    self._evaluate(step, d, now, ready=ready)
         elif isinstance(event, Tick):
+            ready = C.ready_facts(state)
             for d in self.plan.by_index:
                 if any(c.window is not None and c.comparison == "lte"
                        for t in d.triggers for c in t.conds) and d.name in state.ds:
-                    self._evaluate(step, d, now)
+                    self._evaluate(step, d, now, ready=ready)
         if state.unready:
             self._alert_unready(step, now)
         for name, ds in state.ds.items():
@@ -310,44 +313,45 @@ class Engine:
     # -- evaluation and the mailbox --------------------------------------------
 
     def _evaluate(self, step: Step, d: DerivationPlan, now: float, *, fact: Fact | None = None,
-                  after_run: bool = False) -> None:
+                  after_run: bool = False, ready: list[Fact] | None = None) -> None:
+        """``ready``: ``C.ready_facts`` of the state, when the caller evaluates several
+        derivations on the same facts."""
         st = step.state
         ds = st.d(d.name)
+        plan, kinds = self.plan, C.KINDS
         # Every condition of d reads the same pending records: facts and the
         # watermark do not change while it is evaluated (only the mailbox does).
         fresh: list[Fact] | None = None
-        for trig in d.triggers:
-            for cond in trig.conds:
-                if cond.kind in ("cron", "read"):
-                    continue
-                if fresh is None and cond.kind in C.PENDING_KINDS:
-                    fresh = C.pending(st, d)
-                ev = C.evaluate_in(self.plan, st, d, ds, cond, now, fresh)
-                is_relevant = fact is not None and C.relevant(cond, d, fact)
-                if not ev.holds and not ev.stimulus:
-                    # A queued reason whose condition stopped holding (its data was
-                    # consumed, its deadline moved or was cancelled) leaves the job.
-                    if ds.queued and cond.reason in ds.queued.reasons:
-                        del ds.queued.reasons[cond.reason]
-                    if is_relevant and ev.kind is not None:
-                        self._outcome(step, ev.kind, ev.reason, now, d, trig, ev.detail)
-                    continue
-                paused = self.is_paused(trig.name, now)
-                if paused is not None:
-                    if is_relevant or after_run:
-                        self._outcome(step, OutcomeKind.PAUSED, f"trigger paused: {paused[0]}",
-                                      now, d, trig, {"until": C._ts(paused[1])})
-                    continue
-                r = self._pace(step, trig, cond, ev, ds, now,
-                               record=is_relevant or after_run)
-                if ev.kind in (OutcomeKind.NOT_SETTLED, OutcomeKind.AT_SCHEDULED) and is_relevant:
+        for trig, cond in d.evaluated:
+            if fresh is None and cond.kind in C.PENDING_KINDS:
+                fresh = C.pending(st, d, ready)
+            ev = kinds[cond.kind](plan, st, d, ds, cond, now, fresh)
+            is_relevant = fact is not None and C.relevant(cond, d, fact)
+            if not ev.holds and not ev.stimulus:
+                # A queued reason whose condition stopped holding (its data was
+                # consumed, its deadline moved or was cancelled) leaves the job.
+                if ds.queued and cond.reason in ds.queued.reasons:
+                    del ds.queued.reasons[cond.reason]
+                if is_relevant and ev.kind is not None:
                     self._outcome(step, ev.kind, ev.reason, now, d, trig, ev.detail)
-                self._merge(step, d, cond.reason, r, now, settle=ev.settle)
+                continue
+            paused = self.is_paused(trig.name, now) if self.paused else None
+            if paused is not None:
+                if is_relevant or after_run:
+                    self._outcome(step, OutcomeKind.PAUSED, f"trigger paused: {paused[0]}",
+                                  now, d, trig, {"until": C._ts(paused[1])})
+                continue
+            r = self._pace(step, trig, cond, ev, ds, now, record=is_relevant or after_run,
+                           fresh=fresh)
+            if ev.kind in (OutcomeKind.NOT_SETTLED, OutcomeKind.AT_SCHEDULED) and is_relevant:
+                self._outcome(step, ev.kind, ev.reason, now, d, trig, ev.detail)
+            self._merge(step, d, cond.reason, r, now, settle=ev.settle)
         if ds.queued is not None and not ds.queued.reasons:
             ds.queued = None
 
     def _pace(self, step: Step, trig: TriggerPlan, cond: Any, ev: C.Eval, ds: DState,
-              now: float, *, record: bool) -> float:
+              now: float, *, record: bool, fresh: list[Fact] | None = None) -> float:
+        """``fresh``: the pending records of the trigger's derivation, when known."""
         assert ev.permitted is not None
         r = ev.permitted
         d = self.plan.derivations[trig.derivation]
@@ -359,7 +363,7 @@ class Engine:
                     self._outcome(step, OutcomeKind.COOLDOWN, f"cooling until {C._ts(cool)}",
                                   now, d, trig, {"until": C._ts(cool), "condition": cond.kind})
         if trig.debounce_s and cond.kind in DATA_KINDS:
-            span = C.last_relevant_arrivals(self.plan, step.state, cond)
+            span = C.last_relevant_arrivals(self.plan, step.state, cond, fresh)
             if span is not None:
                 deb = span[1] + trig.debounce_s
                 if trig.max_wait_s is not None:
