@@ -256,13 +256,18 @@ def compile_test(op: str, type_: str, items: str | None, operand: Any) -> Callab
 
 
 def _array_test(op: str, items: str, wanted: list[Any]) -> Callable[[Any], bool]:
+    as_is = _AS_IS.get(items)
+
     def elements(value: Any) -> list[Any] | None:
         if not isinstance(value, list):
             return None
-        try:
-            return [coerce(items, v) for v in value]
-        except (Mismatch, TypeError):
-            return None
+        for v in value:
+            if type(v) is not as_is:  # some element needs coerce (or fails it)
+                try:
+                    return [coerce(items, v) for v in value]
+                except (Mismatch, TypeError):
+                    return None
+        return value  # coerce would return every element as it is
 
     def test(value: Any) -> bool:
         got = elements(value)
@@ -272,8 +277,14 @@ def _array_test(op: str, items: str, wanted: list[Any]) -> Callable[[Any], bool]
             if op == "eq":
                 return got == wanted
             if op == "contains_any":
-                return any(w in got for w in wanted)
-            return all(w in got for w in wanted)
+                for w in wanted:
+                    if w in got:
+                        return True
+                return False
+            for w in wanted:
+                if w not in got:
+                    return False
+            return True
         except TypeError:
             return False
     return test

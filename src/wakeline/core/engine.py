@@ -87,6 +87,7 @@ class Engine:
 
     def __init__(self, plan: Plan, *, unready_alert_s: float = UNREADY_ALERT_S) -> None:
         self.plan = plan
+        self._names = [d.name for d in plan.by_index]
         self.unready_alert_s = unready_alert_s
         self.paused: dict[str, tuple[str, float | None]] = {}
         self._at: tuple[float, datetime] = (float("nan"), _dt(0.0))
@@ -193,12 +194,14 @@ class Engine:
                 fact = plan.featurize(rec)
                 if fact is not None:
                     st.facts[seq] = fact
+                    names, dss = self._names, st.ds
                     for i in fact.drive:
-                        st.d(plan.by_index[i].name).total += 1
+                        (dss.get(names[i]) or st.d(names[i])).total += 1
                     of = self._derivations_of(fact)
                     touched |= of
                     for i in of:
-                        st.d(plan.by_index[i].name)
+                        if names[i] not in dss:
+                            st.d(names[i])
                     self._prune(st, fact, now=now)
                     if fact.key is not None:
                         self._trim_chains(st, (fact.coll, fact.key))
@@ -245,9 +248,9 @@ class Engine:
     # -- pruning: keep only the facts some condition can still read -------------
 
     def _needed(self, st: EntityState, f: Fact, now: float) -> bool:
-        plan = self.plan
+        plan, names, dss = self.plan, self._names, st.ds
         for i in f.drive:
-            if f.seq > st.d(plan.by_index[i].name).w:
+            if f.seq > (dss.get(names[i]) or st.d(names[i])).w:
                 return True
         if f.key is not None:
             return True  # keyed chains are trimmed by _trim_chains
@@ -317,7 +320,7 @@ class Engine:
         """``ready``: ``C.ready_facts`` of the state, when the caller evaluates several
         derivations on the same facts."""
         st = step.state
-        ds = st.d(d.name)
+        ds = st.ds.get(d.name) or st.d(d.name)
         plan, kinds = self.plan, C.KINDS
         # Every condition of d reads the same pending records: facts and the
         # watermark do not change while it is evaluated (only the mailbox does).
