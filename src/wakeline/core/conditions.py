@@ -329,13 +329,14 @@ KINDS = {"write": _write, "changed": _changed, "retraction": _changed,
 
 def relevant(cond: CondPlan, d: DerivationPlan, fact: Fact) -> bool:
     """Is this record's arrival a stimulus for the condition (for outcomes and debounce)?"""
-    if cond.kind in ("census",):
+    kind = cond.kind
+    if kind == "census":
         return cond.cid in fact.cond or d.index in fact.drive
-    if cond.kind == "lifecycle":
+    if kind == "lifecycle":
         return d.index in fact.drive
-    if cond.kind in ("cron", "read"):
+    if kind == "cron" or kind == "read":
         return False
-    return in_scope(fact, cond.cid)
+    return fact.cond.get(cond.cid, False) is not False  # in_scope(fact, cond.cid)
 
 
 def last_relevant_arrivals(plan: Plan, st: EntityState, cond: CondPlan,

@@ -183,7 +183,7 @@ class Engine:
         st.unready.pop(seq, None)
         if ev.op != "d" and ev.after is not None:
             rec = ev.after
-            if not rec.ready:
+            if rec.enriched_at is None:  # not rec.ready
                 drive = tuple(d.index for d in plan.by_index if d.source.base_match(rec))
                 if drive:
                     st.unready[seq] = [rec.created_at, drive]

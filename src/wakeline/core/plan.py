@@ -107,7 +107,8 @@ class FieldRef:
         annotator, parts = binding
         node = rec.annotations.get(annotator, MISSING) if annotator is not None else rec.content
         for part in parts:
-            if not isinstance(node, Mapping) or part not in node:
+            # a JSON object is a dict: skip the ABC check for it
+            if (type(node) is not dict and not isinstance(node, Mapping)) or part not in node:
                 return MISSING
             node = node[part]
         return node
@@ -177,6 +178,9 @@ class MetricPlan:
             # An annotation leaf is present for count/distinct_count when it holds any
             # JSON scalar (so counting a string leaf counts the rows that carry it).
             return distinct_token(v, numbers_only=self.kind == "scorer")
+        t = type(v)
+        if t is int or t is float:  # the common JSON numbers, without the ABC checks
+            return float(v)
         if isinstance(v, bool) or not isinstance(v, int | float):
             return None
         return float(v)
@@ -426,7 +430,8 @@ class Plan:
             return None
         # Only keyed heads are compared by content; event rows need no digest.
         return Fact(rec.seq, rec.collection, rec.key if keyed else None,
-                    rec.tombstone, rec.status == "active", digest(rec) if keyed else "", rec.ready,
+                    rec.tombstone, rec.status == "active", digest(rec) if keyed else "",
+                    rec.enriched_at is not None,  # rec.ready
                     rec.enriched_at, rec.created_at, drive, cond)
 
 
