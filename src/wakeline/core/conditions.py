@@ -101,10 +101,12 @@ def current(st: EntityState, plan: Plan, cond: CondPlan) -> list[Fact]:
     assert cond.scope is not None
     names, cid = cond.scope.names, cond.cid
     keyed = plan.keyed_names_of_cid[cid]
-    out = [chain[-1] for chain in chains(st, keyed).values()] if keyed else []
-    heads = [f for f in out if not f.tomb and cid in f.cond]
-    return heads + [f for f in st.facts.values() if f.key is None and f.ready and not f.tomb
-                    and f.coll in names and cid in f.cond]
+    rows = [f for f in st.facts.values() if f.key is None and f.ready and not f.tomb
+            and f.coll in names and cid in f.cond]
+    if not keyed:
+        return rows
+    heads = [chain[-1] for chain in chains(st, keyed).values()]
+    return [f for f in heads if not f.tomb and cid in f.cond] + rows
 
 
 def window_start(cond: CondPlan, now: float) -> float:

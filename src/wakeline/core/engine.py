@@ -63,7 +63,7 @@ class JobInfo:
     entity: str
 
 
-@dataclass
+@dataclass(slots=True)
 class Step:
     state: EntityState
     outcomes: list[Outcome] = field(default_factory=list)
