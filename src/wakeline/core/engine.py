@@ -88,6 +88,9 @@ class Engine:
     def __init__(self, plan: Plan, *, unready_alert_s: float = UNREADY_ALERT_S) -> None:
         self.plan = plan
         self._names = [d.name for d in plan.by_index]
+        #: per derivation index: (trigger, condition, reads pending records, evaluator)
+        self._evaluators = [tuple((t, c, c.kind in C.PENDING_KINDS, C.KINDS[c.kind])
+                                  for t, c in d.evaluated) for d in plan.by_index]
         self.unready_alert_s = unready_alert_s
         self.paused: dict[str, tuple[str, float | None]] = {}
         self._at: tuple[float, datetime] = (float("nan"), _dt(0.0))
@@ -321,14 +324,14 @@ class Engine:
         derivations on the same facts."""
         st = step.state
         ds = st.ds.get(d.name) or st.d(d.name)
-        plan, kinds = self.plan, C.KINDS
+        plan = self.plan
         # Every condition of d reads the same pending records: facts and the
         # watermark do not change while it is evaluated (only the mailbox does).
         fresh: list[Fact] | None = None
-        for trig, cond in d.evaluated:
-            if fresh is None and cond.kind in C.PENDING_KINDS:
+        for trig, cond, reads_pending, evaluator in self._evaluators[d.index]:
+            if fresh is None and reads_pending:
                 fresh = C.pending(st, d, ready)
-            ev = kinds[cond.kind](plan, st, d, ds, cond, now, fresh)
+            ev = evaluator(plan, st, d, ds, cond, now, fresh)
             is_relevant = fact is not None and C.relevant(cond, d, fact)
             if not ev.holds and not ev.stimulus:
                 # A queued reason whose condition stopped holding (its data was
