@@ -151,14 +151,7 @@ def evaluate(plan: Plan, st: EntityState, cond: CondPlan, now: float,
     d = plan.derivations[cond.derivation]
     if cond.kind in PENDING_KINDS and fresh is None:
         fresh = pending(st, d)
-    return evaluate_in(plan, st, d, st.ds.get(d.name) or DState(), cond, now, fresh)
-
-
-def evaluate_in(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, cond: CondPlan,
-                now: float, fresh: list[Fact] | None) -> Eval:
-    """:func:`evaluate` with the condition's derivation and its state at hand, and
-    ``fresh`` already computed when the kind reads pending records (the engine's loop)."""
-    return KINDS[cond.kind](plan, st, d, ds, cond, now, fresh)
+    return KINDS[cond.kind](plan, st, d, st.ds.get(d.name) or DState(), cond, now, fresh)
 
 
 def _write(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, c: CondPlan,
@@ -338,7 +331,7 @@ def relevant(cond: CondPlan, d: DerivationPlan, fact: Fact) -> bool:
         return d.index in fact.drive
     if kind == "cron" or kind == "read":
         return False
-    return fact.cond.get(cond.cid, False) is not False  # in_scope(fact, cond.cid)
+    return in_scope(fact, cond.cid)
 
 
 def last_relevant_arrivals(plan: Plan, st: EntityState, cond: CondPlan,

@@ -88,9 +88,12 @@ class Engine:
     def __init__(self, plan: Plan, *, unready_alert_s: float = UNREADY_ALERT_S) -> None:
         self.plan = plan
         self._names = [d.name for d in plan.by_index]
-        #: per derivation index: (trigger, condition, reads pending records, evaluator)
+        #: per derivation index, every condition evaluated on data and time in declaration
+        #: order (cron and read fire on their own events): (trigger, condition, reads
+        #: pending records, evaluator)
         self._evaluators = [tuple((t, c, c.kind in C.PENDING_KINDS, C.KINDS[c.kind])
-                                  for t, c in d.evaluated) for d in plan.by_index]
+                                  for t in d.triggers for c in t.conds
+                                  if c.kind not in ("cron", "read")) for d in plan.by_index]
         self.unready_alert_s = unready_alert_s
         self.paused: dict[str, tuple[str, float | None]] = {}
         self._at: tuple[float, datetime] = (float("nan"), _dt(0.0))
@@ -123,10 +126,7 @@ class Engine:
             if event.lsn:
                 state.last_lsn = event.lsn
             if touched:
-                fact = self._fact_of(state, event)
-                ready = C.ready_facts(state) if len(touched) > 1 else None
-                for d in touched:
-                    self._evaluate(step, d, now, fact=fact, ready=ready)
+                self._evaluate_all(step, touched, now, fact=self._fact_of(state, event))
         elif isinstance(event, CursorAdvanced):
             if event.lsn and event.lsn <= state.last_lsn:
                 step.duplicate = True
@@ -145,16 +145,12 @@ class Engine:
         elif isinstance(event, SlotRestored):
             self._on_restored(step, event, now)
         elif isinstance(event, Reevaluate):
-            ready = C.ready_facts(state)
-            for d in self.plan.by_index:
-                if event.derivation in (None, d.name) and d.name in state.ds:
-                    self._evaluate(step, d, now, ready=ready)
+            self._evaluate_all(step, [d for d in self.plan.by_index if event.derivation in (
+                None, d.name) and d.name in state.ds], now)
         elif isinstance(event, Tick):
-            ready = C.ready_facts(state)
-            for d in self.plan.by_index:
-                if any(c.window is not None and c.comparison == "lte"
-                       for t in d.triggers for c in t.conds) and d.name in state.ds:
-                    self._evaluate(step, d, now, ready=ready)
+            self._evaluate_all(step, [d for d in self.plan.by_index if any(
+                c.window is not None and c.comparison == "lte"
+                for t in d.triggers for c in t.conds) and d.name in state.ds], now)
         if state.unready:
             self._alert_unready(step, now)
         for name, ds in state.ds.items():
@@ -186,7 +182,7 @@ class Engine:
         st.unready.pop(seq, None)
         if ev.op != "d" and ev.after is not None:
             rec = ev.after
-            if rec.enriched_at is None:  # not rec.ready
+            if not rec.ready:
                 drive = tuple(d.index for d in plan.by_index if d.source.base_match(rec))
                 if drive:
                     st.unready[seq] = [rec.created_at, drive]
@@ -317,6 +313,13 @@ class Engine:
                 del st.facts[f.seq]
 
     # -- evaluation and the mailbox --------------------------------------------
+
+    def _evaluate_all(self, step: Step, ds: list[DerivationPlan], now: float, *,
+                      fact: Fact | None = None) -> None:
+        """Evaluate several derivations on the same facts: their ready facts sorted once."""
+        ready = C.ready_facts(step.state) if len(ds) > 1 else None
+        for d in ds:
+            self._evaluate(step, d, now, fact=fact, ready=ready)
 
     def _evaluate(self, step: Step, d: DerivationPlan, now: float, *, fact: Fact | None = None,
                   after_run: bool = False, ready: list[Fact] | None = None) -> None:

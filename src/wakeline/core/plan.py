@@ -72,13 +72,18 @@ def _set(obj: Any, **values: Any) -> None:
         object.__setattr__(obj, name, value)
 
 
-def dig(document: Any, path: str) -> Any:
-    node = document
-    for part in path.split(".") if path else []:
-        if not isinstance(node, Mapping) or part not in node:
+def walk(node: Any, parts: tuple[str, ...] | list[str]) -> Any:
+    """The value at ``parts`` inside nested mappings; MISSING when any step is absent."""
+    for part in parts:
+        # a JSON object is a dict: skip the ABC check for it
+        if (type(node) is not dict and not isinstance(node, Mapping)) or part not in node:
             return MISSING
         node = node[part]
     return node
+
+
+def dig(document: Any, path: str) -> Any:
+    return walk(document, path.split(".") if path else ())
 
 
 @dataclass(frozen=True)
@@ -105,13 +110,8 @@ class FieldRef:
         if binding is None:
             return MISSING
         annotator, parts = binding
-        node = rec.annotations.get(annotator, MISSING) if annotator is not None else rec.content
-        for part in parts:
-            # a JSON object is a dict: skip the ABC check for it
-            if (type(node) is not dict and not isinstance(node, Mapping)) or part not in node:
-                return MISSING
-            node = node[part]
-        return node
+        return walk(rec.annotations.get(annotator, MISSING) if annotator is not None
+                    else rec.content, parts)
 
     def __hash__(self) -> int:
         return hash((self.name, self.type, self.items, tuple(sorted(self.bindings.items(),
@@ -274,14 +274,6 @@ class DerivationPlan:
     timeout_s: float = 300.0
     emits: tuple[str, ...] = ()
 
-    #: (trigger, condition) of every condition evaluated on data and time, in
-    #: declaration order (cron and read fire on their own events)
-    evaluated: tuple[tuple[TriggerPlan, CondPlan], ...] = _derived()
-
-    def __post_init__(self) -> None:
-        _set(self, evaluated=tuple((t, c) for t in self.triggers for c in t.conds
-                                   if c.kind not in ("cron", "read")))
-
     @property
     def read_trigger(self) -> TriggerPlan | None:
         for t in self.triggers:
@@ -323,7 +315,7 @@ _SLOT_KINDS = frozenset({"census", "at", "changed", "retraction"})
 def in_scope(fact: Fact, cid: int) -> bool:
     """Is the record of ``fact`` in condition ``cid``'s scope?  (A changed/retraction
     entry of False marks a row that only matches the scope's ``where``.)"""
-    return cid in fact.cond and fact.cond[cid] is not False
+    return fact.cond.get(cid, False) is not False
 
 
 class Plan:
@@ -430,14 +422,13 @@ class Plan:
             return None
         # Only keyed heads are compared by content; event rows need no digest.
         return Fact(rec.seq, rec.collection, rec.key if keyed else None,
-                    rec.tombstone, rec.status == "active", digest(rec) if keyed else "",
-                    rec.enriched_at is not None,  # rec.ready
+                    rec.tombstone, rec.status == "active", digest(rec) if keyed else "", rec.ready,
                     rec.enriched_at, rec.created_at, drive, cond)
 
 
 def _where(preds: tuple[Pred, ...], rec: Rec) -> bool:
     for p in preds:  # a loop: all() over a generator costs a frame per record
-        if not p._test(p.field.get(rec)):  # Pred.test, inlined
+        if not p._test(p.field.get(rec)):  # p.test(rec) without its frame
             return False
     return True
 
