@@ -143,6 +143,9 @@ def run_workers(stack: Stack, expect: int, workers: int = 1, layout: str = "one"
 
     t0 = time.monotonic()
     before = poll()
+    # changes the readiness stage of a one-process worker had already parsed and
+    # forwarded when the measurement started: their parsing is not in its CPU figure
+    early = sum((x.get("readiness") or {}).get("forwarded", 0) for x in last)
     if layout == "split":  # the input starts flowing when the readiness stage starts
         feeder = stack.worker("readiness", env=env)
     procs = ws + ([feeder] if feeder else [])
@@ -181,7 +184,9 @@ def run_workers(stack: Stack, expect: int, workers: int = 1, layout: str = "one"
             "readiness_cpu_pct": 100 * feeder_cpu / dt,
             "us_per_record": 1e6 * cpu / measured,
             "readiness_us_per_record": 1e6 * feeder_cpu / measured,
-            "by_outcome": by_outcome}
+            "by_outcome": by_outcome, "early": early,
+            "handoff": {k: sum((x.get("handoff") or {}).get(k, 0) for x in last)
+                        for k in ("kept", "taken", "dropped", "full")}}
 
 
 def sweep(args: argparse.Namespace, catalog: Path) -> list[dict[str, Any]]:
@@ -291,6 +296,13 @@ def main() -> int:
                      f"{w['readiness_us_per_record']:.0f} us/record" if w["layout"] == "split"
                      else "") + f"; peak RSS {w['rss_mb']:.0f} MiB)")
         print(f"  outcomes: {w['by_outcome']}")
+        if w["early"]:
+            print(f"  parsed by the readiness stage before the measurement started: "
+                  f"{w['early']:,} changes (their parsing is not in the CPU figure)")
+        if any(w["handoff"].values()):
+            h = w["handoff"]
+            print(f"  ready batches handed over decoded: {h['taken']:,} of {h['kept']:,} kept "
+                  f"({h['dropped']:,} dropped unused, {h['full']:,} not kept: no room)")
     if args.json:
         args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)},
                                          "results": results}, indent=1, default=str))

@@ -85,7 +85,7 @@ def stack(request, pg_server, tmp_path_factory):
         broker = request.getfixturevalue("kafka_broker")
         st = make_stack(pg_server, tmp, broker.bootstrap, stream_catalog(tmp), cdc="debezium",
                         connect=request.getfixturevalue("kafka_connect"))
-    worker = st.worker(relay=request.param == "embedded")
+    worker = st.worker(relay=request.param == "embedded", env={"WAKELINE_STATS_INTERVAL": "0.5"})
     worker.wait_for("conditions ready", timeout=90)
     yield st
     st.stop()
@@ -306,3 +306,22 @@ def test_erasure_restores_a_prior_head_the_conditions_state_had_forgotten(stack)
     runs = st.runs("er", "e:erase")
     assert [r["records_consumed"] for r in runs] == [1, 1], runs
     assert again > newer
+
+
+def test_the_agent_takes_the_readiness_stages_batches_without_decoding_them(stack):
+    """One process runs both roles: the agent gets the Items of the ready batches its
+    readiness thread wrote (ready.Handoff) instead of decoding them again, and the
+    runs are the ones decoding gives (every other test here runs through it too)."""
+    st = stack
+    st.write("e:handoff", type="chat", content={"priority": 7})
+    assert st.wait_runs(1, derivation="w", entity="e:handoff")
+
+    def handoff() -> dict[str, int]:
+        lines = [ln for ln in st.workers[0].lines if ln.startswith("wakeline-stats ")]
+        return json.loads(lines[-1].split(" ", 1)[1])["handoff"] if lines else {}
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not handoff().get("taken"):
+        time.sleep(0.2)
+    got = handoff()
+    assert got.get("taken", 0) >= 1 and got["taken"] <= got["kept"], got

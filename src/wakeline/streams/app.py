@@ -24,6 +24,7 @@ import contextlib
 import json
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -120,6 +121,13 @@ class Runtime:
         self._producer: Any = None
         self.readiness: Any = None  # the readiness role's consumer, when this worker runs it
         self.derive: Any = None  # the derive role's consumer, when this worker runs it
+        #: with both the readiness and the conditions role, the ready batches the
+        #: readiness thread wrote for the agent's partitions, kept decoded (ready.Handoff)
+        self.handoff = ready.Handoff() if "readiness" in self.roles \
+            and "conditions" in self.roles \
+            and os.environ.get("WAKELINE_READY_HANDOFF", "1") != "0" else None
+        #: set once the conditions agent had its first partition assignment
+        self.agent_assigned = threading.Event()
         #: per ready partition, the highest source offset applied since the assignment
         self.applied: dict[int, int] = {}
         #: per ready partition, the latest arrival (``enriched_at``, s) of a record applied
@@ -269,6 +277,9 @@ def build_app(rt: Runtime) -> faust.App:
                 "readiness": None if r is None else {
                     "consumed": r.consumed, "forwarded": r.forwarded, "batches": r.batches,
                     "enriched": r.enriched, "dead_letters": r.dead_letters},
+                "handoff": None if rt.handoff is None else {
+                    "kept": rt.handoff.kept, "taken": rt.handoff.taken,
+                    "dropped": rt.handoff.dropped, "full": rt.handoff.full},
                 "derive": None if d is None else {
                     "consumed": d.consumed, "batches": d.batches, "runs": d.runs,
                     "dead_letters": d.dead_letters},
@@ -278,6 +289,9 @@ def build_app(rt: Runtime) -> faust.App:
     async def forget_offsets(sender: Any, revoked: Any, **kw: Any) -> None:
         for g in guards.values():
             g.forget(revoked)
+        if rt.handoff is not None:  # nothing kept for them any more holds readiness up
+            rt.handoff.own(rt.handoff.owned - {tp.partition for tp in revoked
+                                               if tp.topic == ready_name})
 
     if "conditions" in rt.roles:
 
@@ -310,6 +324,9 @@ def build_app(rt: Runtime) -> faust.App:
                           " on this worker: entities of the difference see half their events",
                           sorted(owned), sorted(paired))
             rt.applied.clear()  # another worker may have applied some since: the core decides
+            if rt.handoff is not None:
+                rt.handoff.own(owned)
+            rt.agent_assigned.set()
             gone = rt.store.keep_only(owned)
             for p in gone:
                 rt.seen_until.pop(p, None)
@@ -536,7 +553,7 @@ async def _handle_batch(app: Any, rt: Runtime, events: list[Any]) -> None:
             continue
         if msg.topic == ready_name:
             try:
-                bp, items, t = ready.decode(event.value)
+                bp, items, t = ready.decode(event.value, rt.handoff)
                 if bp != p:
                     raise ready.BadBatch(f"a batch of partition {bp} on partition {p}")
             except ready.BadBatch as exc:

@@ -40,7 +40,7 @@ from wakeline.core.outcomes import Outcome, OutcomeKind
 from wakeline.core.plan import Rec
 from wakeline.store import Store
 from wakeline.streams.keys import parse_key
-from wakeline.streams.ready import Item
+from wakeline.streams.ready import Handoff, Item
 
 log = logging.getLogger("wakeline.streams.readiness")
 
@@ -105,13 +105,22 @@ class ReadinessConsumer(threading.Thread):
     def __init__(self, enricher: Enricher, *, bootstrap: str, topic: str, ready_topic: str,
                  dead_letter_topic: str, group: str, stop: threading.Event,
                  on_outcome: Callable[[Outcome], None], announce: bool = False,
-                 batch: int = 5000) -> None:
+                 batch: int = 5000, handoff: Handoff | None = None,
+                 start_after: threading.Event | None = None,
+                 start_after_s: float = 30.0) -> None:
         super().__init__(name="readiness", daemon=True)
         self.enricher = enricher
         self.bootstrap, self.topic, self.group = bootstrap, topic, group
         self.ready_topic, self.dead_letter_topic = ready_topic, dead_letter_topic
         self.stop_event, self.on_outcome = stop, on_outcome
         self.announce, self.batch = announce, batch
+        #: the conditions agent of this process, when it runs one: the batches of the
+        #: partitions it reads are handed over decoded (ready.Handoff)
+        self.handoff = handoff
+        #: the conditions agent of this process has its first assignment: until then (at
+        #: most ``start_after_s``) nothing is read, so a starting worker does not parse a
+        #: backlog ahead of its own agent (which it would hand over decoded for nothing)
+        self.start_after, self.start_after_s = start_after, start_after_s
         self.consumed = 0
         self.forwarded = 0  # change messages whose events went out in a batch
         self.batches = 0
@@ -168,6 +177,11 @@ class ReadinessConsumer(threading.Thread):
         return Item(key or b"", parsed.workspace, parsed.entity, msg.offset(), events)
 
     def run(self) -> None:
+        if self.start_after is not None:
+            deadline = time.monotonic() + self.start_after_s
+            while not self.start_after.wait(0.1) and not self.stop_event.is_set() \
+                    and time.monotonic() < deadline:
+                pass
         backoff = 0.5
         while not self.stop_event.is_set():
             try:
@@ -227,11 +241,16 @@ class ReadinessConsumer(threading.Thread):
                         items.append(item)
                         sizes.append(len(m.value() or b""))
                 self.consumed += len(msgs)
+                handoff = self.handoff
                 for p, (items, sizes) in parts.items():
                     for chunk in ready.chunks(items, sizes):
                         t = commits.get(p, sent.get(p))
-                        producer.produce(self.ready_topic, ready.encode(p, chunk, t),
-                                         partition=p, on_delivery=delivered)
+                        value = ready.encode(p, chunk, t)
+                        if handoff is not None and handoff.wants(p):
+                            # kept before it is produced: the agent cannot read it first
+                            handoff.put(value, p, list(chunk), None if t is None else t / 1000.0)
+                        producer.produce(self.ready_topic, value, partition=p,
+                                         on_delivery=delivered)
                         self.batches += 1
                     self.forwarded += len(items)
                 dlq.flush()  # waits for the batches too: one producer

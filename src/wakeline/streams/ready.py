@@ -36,7 +36,9 @@ outcome, job_id, lsn_hi, lsn_lo]`` (:class:`CursorAdvanced`).  Positions are
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,11 +117,18 @@ def encode(partition: int, items: Sequence[Item], sent_ms: int | None = None) ->
         return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def decode(value: bytes) -> tuple[int, list[Item], float | None]:
+def decode(value: bytes, handoff: Handoff | None = None
+           ) -> tuple[int, list[Item], float | None]:
     """``(partition, items, sent)`` of a batch message, ``sent`` the commit time (s) of
-    its newest change (or its broker time) or None; :class:`BadBatch` if it is none."""
+    its newest change (or its broker time) or None; :class:`BadBatch` if it is none.
+    ``handoff``: this process's readiness stage's batches; one it wrote with exactly
+    these bytes comes back as the Items it encoded them from, not decoded again."""
     from wakeline.cdc._json import loads
 
+    if handoff is not None:
+        got = handoff.take(value)
+        if got is not None:
+            return got
     try:
         doc = loads(value)
         if doc.get("v") != VERSION:
@@ -140,6 +149,88 @@ def decode(value: bytes) -> tuple[int, list[Item], float | None]:
 def decode_items(items: Any) -> list[Item]:
     """The Items of a batch's ``items`` array: the specification of the C decoder."""
     return [Item(i[0].encode(), i[1], i[2], i[3], [_unevent(e) for e in i[4:]]) for i in items]
+
+
+class Handoff:
+    """The ready batches this process's readiness stage wrote for partitions its own
+    conditions agent reads, kept by their exact bytes with the Items they encode.
+
+    With both roles in one process, the agent would otherwise decode every batch the
+    readiness thread had just encoded from Items it held (``orjson`` and one object
+    per value again: ~7 % of such a worker's busy CPU, py-spy, BENCHMARKS.md).  The
+    ready topic stays the hand-off of record — batches are written, offsets committed,
+    replays and other workers read it as before — and :func:`decode` of a message
+    whose bytes equal a kept batch returns that batch's Items, which are what decoding
+    those bytes gives (``decode(encode(items)) == items``, tests/unit/test_ready_handoff.py).
+
+    Bounded, and never in the readiness stage's way: at most ``max_changes`` changes
+    are kept (~1.4 KB each decoded); a batch that does not fit is not kept, and the
+    agent decodes it as before.  A kept batch not taken within ``max_age_s`` (the
+    agent lost the partition, or already had those offsets) is dropped.  In a backlog
+    the readiness stage runs ahead of the agent and only what fits is handed over;
+    kept at the agent's pace instead, smaller takes coalesced fewer state writes
+    (2026-12-06, bench/stream_throughput.py: 164k-173k against 108k-168k).
+    Thread-safe: the readiness thread puts, the agent's thread takes."""
+
+    def __init__(self, max_changes: int = 20_000, max_age_s: float = 5.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_changes, self.max_age_s, self._clock = max_changes, max_age_s, clock
+        self._lock = threading.Lock()
+        #: bytes -> (partition, items, sent, put at); insertion order is age order
+        self._kept: dict[bytes, tuple[int, list[Item], float | None, float]] = {}
+        self._changes = 0
+        #: ready partitions the local conditions agent reads (its assignment)
+        self.owned: frozenset[int] = frozenset()
+        #: batches kept, taken by the agent, dropped unused, and not kept (no room)
+        self.kept = self.taken = self.dropped = self.full = 0
+
+    def wants(self, partition: int) -> bool:
+        return partition in self.owned
+
+    def own(self, partitions: Iterable[int]) -> None:
+        """The agent's ready partitions now; what was kept for others is dropped."""
+        with self._lock:
+            self.owned = frozenset(partitions)
+            for value, (p, items, _sent, _at) in list(self._kept.items()):
+                if p not in self.owned:
+                    self._drop(value, items)
+
+    def put(self, value: bytes, partition: int, items: list[Item],
+            sent: float | None) -> bool:
+        """Keep a batch about to be produced; False when there is no room for it."""
+        with self._lock:
+            if self._kept and self._changes + len(items) > self.max_changes:
+                limit = self._clock() - self.max_age_s
+                for old, (_p, old_items, _sent, at) in list(self._kept.items()):
+                    if at > limit:
+                        break
+                    self._drop(old, old_items)
+                if self._kept and self._changes + len(items) > self.max_changes:
+                    self.full += 1
+                    return False
+            if value in self._kept:  # the same bytes twice: one entry serves both
+                return True
+            self._kept[value] = (partition, items, sent, self._clock())
+            self._changes += len(items)
+            self.kept += 1
+            return True
+
+    def take(self, value: bytes) -> tuple[int, list[Item], float | None] | None:
+        with self._lock:
+            got = self._kept.pop(value, None)
+            if got is None:
+                return None
+            self._changes -= len(got[1])
+            self.taken += 1
+        return got[0], got[1], got[2]
+
+    def _drop(self, value: bytes, items: list[Item]) -> None:
+        del self._kept[value]
+        self._changes -= len(items)
+        self.dropped += 1
+
+    def __len__(self) -> int:
+        return len(self._kept)
 
 
 def chunks(items: Sequence[Item], sizes: Sequence[int], *, max_items: int = 1000,

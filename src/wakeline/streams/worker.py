@@ -62,7 +62,9 @@ def start_readiness(rt: Runtime, stop: threading.Event) -> ReadinessConsumer:
                                  dead_letter_topic=topics.dead_letter.name,
                                  group=f"{rt.group_id}-readiness", stop=stop,
                                  on_outcome=lambda o: rt.outcomes.put([o]),
-                                 announce=rt.announce)
+                                 announce=rt.announce, handoff=rt.handoff,
+                                 start_after=rt.agent_assigned if "conditions" in rt.roles
+                                 else None)
     rt.readiness = consumer
     consumer.start()
     return consumer
