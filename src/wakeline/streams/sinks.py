@@ -75,9 +75,17 @@ class _Rows:
             dj = _text(d.decode() if isinstance(d, bytes) else d)
         else:
             dj = "{}"
-        return "\t".join((_text(o.workspace), _text(o.derivation), _text(o.trigger),
-                          _text(o.entity), _text(o.kind), _text(o.reason), dj,
-                          self._at_text)) + "\n"
+        ws, dv, tr, en, kind, reason = (o.workspace, o.derivation, o.trigger, o.entity, o.kind,
+                                        o.reason)
+        if dv is not None and tr is not None and ws is not None and en is not None:
+            # The common row: no NULL; its six text fields checked for an escape at once
+            # (one join and four scans instead of six calls of _text).
+            head = "\t".join((ws, dv, tr, en, kind, reason))
+            if head.count("\t") == 5 and "\\" not in head and "\n" not in head \
+                    and "\r" not in head:
+                return f"{head}\t{dj}\t{self._at_text}\n"
+        return "\t".join((_text(ws), _text(dv), _text(tr), _text(en), _text(kind),
+                          _text(reason), dj, self._at_text)) + "\n"
 
 
 class OutcomeWriter:
