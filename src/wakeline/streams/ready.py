@@ -58,7 +58,7 @@ class BadBatch(ValueError):
     code = "stream.bad_ready_batch"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one per change, and a frozen init costs ~4x (0.58 vs 0.16 us)
 class Item:
     """One change message's events, as the conditions agent applies them."""
 
