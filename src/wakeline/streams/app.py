@@ -289,7 +289,7 @@ def build_app(rt: Runtime) -> faust.App:
     async def forget_offsets(sender: Any, revoked: Any, **kw: Any) -> None:
         for g in guards.values():
             g.forget(revoked)
-        if rt.handoff is not None:  # nothing kept for them any more holds readiness up
+        if rt.handoff is not None:  # what was kept for them will not be taken here
             rt.handoff.own(rt.handoff.owned - {tp.partition for tp in revoked
                                                if tp.topic == ready_name})
 
