@@ -102,8 +102,8 @@ def timed_handoff(batches: list[bytes], repeat: int) -> float:
         h.own({0})
         for b in batches:
             p, items, t = ready.decode(b)
-            h.put(b, p, items, t)
-        best = min(best, timed_kept(lambda b: ready.decode(b, h), batches, 1))
+            h.put(b, p, items, None if t is None else round(t * 1000))
+        best = min(best, timed_kept(lambda b, h=h: ready.decode(b, h), batches, 1))
         if h.taken != len(batches):
             sys.exit(f"the hand-off returned {h.taken} of {len(batches)} batches")
     return best

@@ -59,7 +59,7 @@ def test_a_kept_batch_comes_back_as_its_items_once() -> None:
     h.own({2})
     items = _items(3)
     value = ready.encode(2, items, 1_780_000_000_500)
-    h.put(value, 2, items, 1_780_000_000.5)
+    h.put(value, 2, items, 1_780_000_000_500)
     # the agent reads the message as another bytes object with the same contents
     p, got, sent = ready.decode(bytes(bytearray(value)), h)
     assert (p, sent) == (2, 1_780_000_000.5) and got is items

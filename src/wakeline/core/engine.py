@@ -94,6 +94,10 @@ class Engine:
         self._evaluators = [tuple((t, c, c.kind in C.PENDING_KINDS, C.KINDS[c.kind])
                                   for t in d.triggers for c in t.conds
                                   if c.kind not in ("cron", "read")) for d in plan.by_index]
+        #: the derivations a Tick re-evaluates: a windowed ``lte`` condition can start to
+        #: hold with no new record, as rows leave its window
+        self._ticked = [d for d in plan.by_index if any(
+            c.window is not None and c.comparison == "lte" for t in d.triggers for c in t.conds)]
         self.unready_alert_s = unready_alert_s
         self.paused: dict[str, tuple[str, float | None]] = {}
         self._at: tuple[float, datetime] = (float("nan"), _dt(0.0))
@@ -148,9 +152,7 @@ class Engine:
             self._evaluate_all(step, [d for d in self.plan.by_index if event.derivation in (
                 None, d.name) and d.name in state.ds], now)
         elif isinstance(event, Tick):
-            self._evaluate_all(step, [d for d in self.plan.by_index if any(
-                c.window is not None and c.comparison == "lte"
-                for t in d.triggers for c in t.conds) and d.name in state.ds], now)
+            self._evaluate_all(step, [d for d in self._ticked if d.name in state.ds], now)
         if state.unready:
             self._alert_unready(step, now)
         for name, ds in state.ds.items():

@@ -248,7 +248,7 @@ class ReadinessConsumer(threading.Thread):
                         value = ready.encode(p, chunk, t)
                         if handoff is not None and handoff.wants(p):
                             # kept before it is produced: the agent cannot read it first
-                            handoff.put(value, p, list(chunk), None if t is None else t / 1000.0)
+                            handoff.put(value, p, list(chunk), t)
                         producer.produce(self.ready_topic, value, partition=p,
                                          on_delivery=delivered)
                         self.batches += 1

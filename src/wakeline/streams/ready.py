@@ -123,12 +123,12 @@ def decode(value: bytes, handoff: Handoff | None = None
     its newest change (or its broker time) or None; :class:`BadBatch` if it is none.
     ``handoff``: this process's readiness stage's batches; one it wrote with exactly
     these bytes comes back as the Items it encoded them from, not decoded again."""
-    from wakeline.cdc._json import loads
-
     if handoff is not None:
         got = handoff.take(value)
         if got is not None:
             return got
+    from wakeline.cdc._json import loads
+
     try:
         doc = loads(value)
         if doc.get("v") != VERSION:
@@ -139,11 +139,16 @@ def decode(value: bytes, handoff: Handoff | None = None
         items = _c_items(doc["items"]) if _c_items is not None else None
         if items is None:  # no C side, or a shape only decode_items reads (or rejects)
             items = decode_items(doc["items"])
-        return (doc["p"], items, None if t is None else t / 1000.0)
+        return (doc["p"], items, _seconds(t))
     except BadBatch:
         raise
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
         raise BadBatch(f"malformed ready batch: {type(exc).__name__}: {exc}") from exc
+
+
+def _seconds(ms: int | None) -> float | None:
+    """A batch's ``t`` (ms) as the ``sent`` instant :func:`decode` returns (s)."""
+    return None if ms is None else ms / 1000.0
 
 
 def decode_items(items: Any) -> list[Item]:
@@ -196,8 +201,9 @@ class Handoff:
                     self._drop(value, items)
 
     def put(self, value: bytes, partition: int, items: list[Item],
-            sent: float | None) -> bool:
-        """Keep a batch about to be produced; False when there is no room for it."""
+            sent_ms: int | None) -> bool:
+        """Keep a batch about to be produced, ``value`` being ``encode(partition, items,
+        sent_ms)``; False when there is no room for it."""
         with self._lock:
             if self._kept and self._changes + len(items) > self.max_changes:
                 limit = self._clock() - self.max_age_s
@@ -210,7 +216,7 @@ class Handoff:
                     return False
             if value in self._kept:  # the same bytes twice: one entry serves both
                 return True
-            self._kept[value] = (partition, items, sent, self._clock())
+            self._kept[value] = (partition, items, _seconds(sent_ms), self._clock())
             self._changes += len(items)
             self.kept += 1
             return True
