@@ -57,6 +57,44 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def cpu_by_command() -> dict[tuple[int, str], float]:
+    """User + system CPU so far of every process on the machine, by (pid, command name):
+    two snapshots' difference (:func:`cpu_share`) says where a window's CPU went."""
+    out = {}
+    tck = os.sysconf("SC_CLK_TCK")
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            head, _, rest = (d / "stat").read_text().rpartition(")")
+        except OSError:  # exited meanwhile
+            continue
+        fields = rest.split()
+        out[(int(d.name), head.partition("(")[2])] = (int(fields[11]) + int(fields[12])) / tck
+    return out
+
+
+#: command names grouped under one label (kernel threads, a versioned broker binary)
+_COMMANDS = {"kworker": "kernel", "ksoftirqd": "kernel", "kdamond.0": "kernel",
+             "kswapd0": "kernel", "rcu_preempt": "kernel", "kcompactd0": "kernel",
+             "tansu": "tansu", "python": "bench script", "python3": "bench script"}
+
+
+def cpu_share(before: dict[tuple[int, str], float], after: dict[tuple[int, str], float],
+              names: dict[int, str]) -> dict[str, float]:
+    """CPU seconds between two :func:`cpu_by_command` snapshots, by what ran: ``names``
+    labels known pids (the workers); the rest by command (``java`` is Kafka and Kafka
+    Connect, ``postgres`` every PostgreSQL backend); a process that exited inside the
+    window is not counted."""
+    out: dict[str, float] = {}
+    for (pid, comm), t in after.items():
+        dt = t - before.get((pid, comm), 0.0)
+        if dt > 0:
+            label = names.get(pid) or _COMMANDS.get(comm.split("/")[0].split("-")[0], comm)
+            out[label] = out.get(label, 0.0) + dt
+    return out
+
+
 def rss_bytes(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):

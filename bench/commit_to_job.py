@@ -56,7 +56,17 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _catalog import write as write_files  # noqa: E402
-from _stack import ROOT, Services, Stack, Worker, cpu_seconds, machine, pct  # noqa: E402
+from _stack import (  # noqa: E402
+    ROOT,
+    Services,
+    Stack,
+    Worker,
+    cpu_by_command,
+    cpu_seconds,
+    cpu_share,
+    machine,
+    pct,
+)
 
 TARGETS = {"relay": {"p50_ms": 50.0, "p99_ms": 250.0}, "debezium": {"p99_ms": 600.0}}
 
@@ -293,6 +303,7 @@ def measure(svc: Services, catalog: Path, path: str, rate: float, args: argparse
         cpu0 = {k: cpu_seconds(pid) for k, pid in procs.items()}
         load = [os.getloadavg()[0]]
         busy0 = _cpu_busy()
+        machine0 = cpu_by_command()
         t0 = time.time()
         go.set()
         wres = wq.get(timeout=args.warm + args.seconds + 600)
@@ -302,6 +313,9 @@ def measure(svc: Services, catalog: Path, path: str, rate: float, args: argparse
         # CPU from the first commit until the last job arrived (the drain included)
         cpu_w = {k: cpu_seconds(pid) - cpu0[k] for k, pid in procs.items()}
         busy1 = _cpu_busy()
+        shares = cpu_share(machine0, cpu_by_command(),
+                           {pid: k for k, pid in procs.items()}
+                           | {writer.pid: "writer", consumer.pid: "job consumer"})
         writer.join(30)
         consumer.join(30)
         stats = [json.loads(line.split(" ", 1)[1]) for line in w.lines
@@ -368,6 +382,10 @@ def measure(svc: Services, catalog: Path, path: str, rate: float, args: argparse
         "setup_s": setup_s, "loadavg": load,
         # all cores, whole machine (this run and anything else), first commit → last job
         "machine_busy_pct": 100 * (busy1[0] - busy0[0]) / (busy1[1] - busy0[1]),
+        # the same window's CPU by process, per commit written
+        "machine_us_per_commit": {k: 1e6 * v / n for k, v in
+                                  sorted(shares.items(), key=lambda kv: -kv[1])
+                                  if 1e6 * v / n >= 0.5},
         "latencies_ms": [x * 1000 for x in lat],
         "timeline": timeline, "measured_from_s": rows[0][0] - every[0][0] if rows else 0.0,
     }
@@ -550,6 +568,9 @@ def main() -> int:
               f"CPU (first commit → last job, % of a core) {cpu}; COMMIT returned "
               f"{r['after_commit_offset_p50_ms']:.2f} ms "
               f"(p99 {r['after_commit_offset_p99_ms']:.2f}) after the commit timestamp")
+        m = r["machine_us_per_commit"]
+        print("    the machine's CPU per commit, first commit → last job: " + ", ".join(
+            f"{k} {v:.0f} us" for k, v in m.items()) + f"; all {sum(m.values()):.0f} us")
         print("    stages p50/p99 ms (CreateTime): " + ", ".join(
             f"{k} {v['p50']:.1f}/{v['p99']:.1f}" for k, v in r["stages_ms"].items()))
     for rate, rr in raws.items():

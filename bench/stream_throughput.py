@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import tempfile
@@ -34,7 +35,15 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _catalog import write as write_catalog  # noqa: E402
-from _stack import Services, Stack, cpu_seconds, machine, rss_bytes  # noqa: E402
+from _stack import (  # noqa: E402
+    Services,
+    Stack,
+    cpu_by_command,
+    cpu_seconds,
+    cpu_share,
+    machine,
+    rss_bytes,
+)
 
 
 def rows(entities: int, records: int, seed: int = 7) -> list[dict[str, Any]]:
@@ -150,6 +159,7 @@ def run_workers(stack: Stack, expect: int, workers: int = 1, layout: str = "one"
         feeder = stack.worker("readiness", env=env)
     procs = ws + ([feeder] if feeder else [])
     cpu0 = {w.pid: cpu_seconds(w.pid) for w in procs}
+    machine0 = cpu_by_command()
     t_done = None
     deadline = t0 + 1800
     peak_rss = 0
@@ -163,6 +173,9 @@ def run_workers(stack: Stack, expect: int, workers: int = 1, layout: str = "one"
     if t_done is None:
         raise RuntimeError(f"workers saw {poll()} of {expect} records")
     cpu = sum(cpu_seconds(w.pid) - cpu0[w.pid] for w in ws)
+    shares = cpu_share(machine0, cpu_by_command(),
+                       {w.pid: "worker" for w in ws} | ({feeder.pid: "readiness"} if feeder
+                                                        else {}))
     feeder_cpu = cpu_seconds(feeder.pid) - cpu0[feeder.pid] if feeder else 0.0
     for w in procs:
         w.stop()
@@ -185,6 +198,10 @@ def run_workers(stack: Stack, expect: int, workers: int = 1, layout: str = "one"
             "us_per_record": 1e6 * cpu / measured,
             "readiness_us_per_record": 1e6 * feeder_cpu / measured,
             "by_outcome": by_outcome, "early": early,
+            "machine_us_per_record": {k: 1e6 * v / measured for k, v in
+                                      sorted(shares.items(), key=lambda kv: -kv[1])
+                                      if 1e6 * v / measured >= 0.5},
+            "machine_busy_pct": 100 * sum(shares.values()) / dt / (os.cpu_count() or 1),
             "handoff": {k: sum((x.get("handoff") or {}).get(k, 0) for x in last)
                         for k in ("kept", "taken", "dropped", "full")}}
 
@@ -295,6 +312,11 @@ def main() -> int:
                   + (f"; readiness process {w['readiness_cpu_pct']:.0f}%, "
                      f"{w['readiness_us_per_record']:.0f} us/record" if w["layout"] == "split"
                      else "") + f"; peak RSS {w['rss_mb']:.0f} MiB)")
+            m = w["machine_us_per_record"]
+            print(f"    the machine's CPU per record in that window ({w['machine_busy_pct']:.0f}% "
+                  f"of {os.cpu_count()} cores busy): " + ", ".join(
+                      f"{k} {v:.0f} us" for k, v in m.items())
+                  + f"; all {sum(m.values()):.0f} us")
         print(f"  outcomes: {w['by_outcome']}")
         if w["early"]:
             print(f"  parsed by the readiness stage before the measurement started: "
