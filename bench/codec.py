@@ -13,7 +13,10 @@ the readiness stage forwards them (batches of 1,000 changes), decoded by ``ready
 with the C item decoder and with ``ready.decode_items``; the Items must be equal. Change
 envelopes: the workload's records as the relay writes them (``cdc.compose``: records rows
 with JSON columns as text, ready inserts), parsed by ``envelope.parse`` with and without its
-C parser; the events must be equal.
+C parser; the events must be equal. Relay compose: the same records as pgoutput text tuples
+turned into a Debezium row, key and envelope (``TableCodec.row`` / ``key``, ``envelope``) by
+the relay's hot path (orjson, UTC timestamps rearranged) against its specification in the
+same run (the ``json`` encoder, every timestamp parsed); the bytes must be equal.
 
     python bench/codec.py [--entities 20000] [--repeat 5] [--tiny]
 """
@@ -139,6 +142,57 @@ def envelopes(stream: list[tuple[str, bytes]]) -> list[tuple[bytes, bytes]]:
     return out
 
 
+def relay_tuples(stream: list[tuple[str, bytes]]) -> tuple[Any, list[tuple[Any, ...]]]:
+    """The records table's codec and the stream's records as pgoutput's text tuples."""
+    import json
+
+    from wakeline.cdc.compose import ColumnSpec, TableCodec
+
+    cols = [("seq", 20), ("workspace", 25), ("entity", 25), ("collection", 25),
+            ("collection_version", 23), ("type", 25), ("status", 25), ("key", 25),
+            ("content", 3802), ("text", 25), ("tombstone", 16), ("parents", 1016),
+            ("annotations", 3802), ("scores", 3802), ("enriched_at", 1184),
+            ("created_at", 1184), ("produced_by_run", 20)]
+    codec_ = TableCodec("public", "records", [ColumnSpec(n, t, key=n in ("workspace", "entity"))
+                                              for n, t in cols])
+    out = []
+    for i, (ent, raw) in enumerate(stream):
+        r = json.loads(raw)
+        ts = f"2026-12-07 01:{i // 60 % 60:02d}:{i % 60:02d}.{i * 7919 % 10**6:06d}+00"
+        out.append((str(r["seq"]), "default", ent, r["collection"], "1", r.get("type", ""),
+                    "active", r.get("key"), json.dumps(r["content"]), "", "f", "{}", "{}",
+                    json.dumps(r.get("scores", {})), ts, ts, None))
+    return codec_, out
+
+
+def relay_compose(codec_: Any, tuples: list[tuple[Any, ...]]) -> list[tuple[bytes, bytes]]:
+    """What the relay writes for each tuple as a ready insert: (key, envelope)."""
+    template = SourceTemplate(db="wakeline")
+    out = []
+    for i, t in enumerate(tuples):
+        src = template.block(schema="public", table="records", ts_us=1_796_566_024_123_456 + i,
+                             tx_id=700 + i, lsn=0x16B3_0000 + 200 * i,
+                             prev_commit_lsn=0x16B3_0000 + 200 * i - 200, snapshot=None)
+        after = codec_.row(t)
+        out.append((codec_.key(after), compose_envelope("c", None, after, src,
+                                                        1_796_566_024_200_000_000)))
+    return out
+
+
+def specification_compose(codec_: Any, tuples: list[tuple[Any, ...]]
+                          ) -> list[tuple[bytes, bytes]]:
+    """:func:`relay_compose` by the specification: the ``json`` encoder, timestamps parsed."""
+    from wakeline.cdc import compose, values
+
+    saved = compose.dumpb, values.zoned_timestamp
+    compose.dumpb = lambda v: dumps(v).encode("utf-8")
+    values.zoned_timestamp = values.zoned
+    try:
+        return relay_compose(codec_, tuples)
+    finally:
+        compose.dumpb, values.zoned_timestamp = saved
+
+
 def python_parse(message: tuple[bytes, bytes]) -> Any:
     """envelope.parse with its C parser off."""
     saved, envelope._c_parse = envelope._c_parse, None
@@ -171,6 +225,9 @@ def main() -> None:
     taken = sum(envelope._c_parse(loads(v), k) is not None for v, k in messages)
     if taken != len(messages):
         sys.exit(f"the C parser left {len(messages) - taken} relay envelopes to Python")
+    rcodec, tuples = relay_tuples(stream)
+    if relay_compose(rcodec, tuples) != specification_compose(rcodec, tuples):
+        sys.exit("the relay's compose and its specification write different bytes")
     states = list(held.values())
     blobs = [codec.encode_state(s) for s in states]
     mismatched = sum(b != python_encode(s) for s, b in zip(states, blobs, strict=True))
@@ -194,6 +251,10 @@ def main() -> None:
     decoded = timed_kept(ready.decode, batches, a.repeat) * per_change
     c_parse = timed(lambda m: envelope.parse(*m), messages, a.repeat) * us
     py_parse = timed(python_parse, messages, a.repeat) * us
+    per_tuple = us / len(tuples)
+    composed = timed(lambda ts: relay_compose(rcodec, ts), [tuples], a.repeat) * per_tuple
+    composed_spec = timed(lambda ts: specification_compose(rcodec, ts), [tuples],
+                          a.repeat) * per_tuple
     size = sum(map(len, blobs)) / len(blobs)
     print(f"states                 {len(states):,} (core workload over {a.entities:,} entities, "
           f"{size:.0f} B stored on average, all equal in C and Python)")
@@ -209,6 +270,9 @@ def main() -> None:
           f"us/change, ratio {handed / decoded:.3f})")
     print(f"envelope.parse, C       {c_parse:6.2f} us/envelope  ({len(messages):,} relay "
           f"envelopes of ready inserts; the Python parser {py_parse:.2f} us/envelope)")
+    print(f"relay compose           {composed:6.2f} us/change  (row, key and envelope of "
+          f"{len(tuples):,} records tuples; the specification {composed_spec:.2f} us/change, "
+          f"ratio {composed / composed_spec:.3f})")
     print(f"ratio C / Python: encode {c_enc / py_enc:.3f}, decode {c_dec / py_dec:.3f}, "
           f"ready batch {c_ready / py_ready:.3f}, envelope {c_parse / py_parse:.3f}")
 

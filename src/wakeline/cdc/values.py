@@ -100,8 +100,9 @@ def parse_pg_timestamp(text: str) -> tuple[datetime, int]:
     return local - timedelta(seconds=offset), micros
 
 
-def zoned_timestamp(text: str, typmod: int = -1) -> str:
-    """timestamptz text → Debezium's ZonedTimestamp string (UTC, fixed fraction width)."""
+def zoned(text: str, typmod: int = -1) -> str:
+    """timestamptz text → Debezium's ZonedTimestamp string (UTC, fixed fraction width):
+    the specification of :func:`zoned_timestamp`, for any offset."""
     if text in ("infinity", "-infinity"):
         return text
     utc, _ = parse_pg_timestamp(text)
@@ -110,6 +111,28 @@ def zoned_timestamp(text: str, typmod: int = -1) -> str:
     if width:
         base += "." + f"{utc.microsecond:06d}"[:width]
     return base + "Z"
+
+
+#: PostgreSQL's output of a timestamptz in a session whose TimeZone is UTC (the relay's),
+#: years 1000-9999: its ZonedTimestamp is the same digits rearranged
+_TS_UTC = re.compile(r"([1-9]\d{3}-\d\d-\d\d) (\d\d:\d\d:\d\d)(?:\.(\d{1,6}))?\+00")
+
+
+def zoned_timestamp(text: str, typmod: int = -1) -> str:
+    """:func:`zoned`, with PostgreSQL's UTC output rearranged instead of parsed (two
+    per change of the records table: 6.3 -> ~1 us each)."""
+    m = _TS_UTC.fullmatch(text)
+    if m is not None:
+        try:
+            datetime.fromisoformat(text)  # a real date and time of day, as parsing checks
+        except ValueError:
+            return zoned(text, typmod)  # which says why
+        width = _precision(typmod)
+        base = f"{m.group(1)}T{m.group(2)}"
+        if width:
+            base += "." + (m.group(3) or "").ljust(6, "0")[:width]
+        return base + "Z"
+    return zoned(text, typmod)
 
 
 def _timestamptz(text: str, typmod: int) -> str:
@@ -283,4 +306,6 @@ def converter_for(type_oid: int, typmod: int = -1) -> Callable[[str | None], Any
         return lambda text: text
     if scalar is _int:
         return lambda text: None if text is None else int(text)
+    if scalar is _timestamptz:
+        return lambda text: None if text is None else zoned_timestamp(text, typmod)
     return lambda text: convert(text, type_oid, typmod)

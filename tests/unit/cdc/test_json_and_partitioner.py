@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.unit.cdc import samples
 from wakeline.cdc._json import dumpb, dumps
@@ -48,3 +50,35 @@ def test_partitions_of_real_debezium_messages() -> None:
         assert partition_for(m["key"].encode(), 4) == m["partition"]
     with pytest.raises(ValueError):
         partition_for(b"x", 0)
+
+
+# dumpb (orjson, the relay's hot path) against dumps (the specification): the same bytes
+# for every JSON value, control characters, astral text and floats of every size included.
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.integers(-2**70, 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(st.characters(codec="utf-8"))
+    | st.sampled_from(["\x0b\x1f", "🚀x", "\\u001f", "e-7"]),
+    lambda inner: st.lists(inner, max_size=5)
+    | st.dictionaries(st.text(st.characters(codec="utf-8"), max_size=8), inner, max_size=5),
+    max_leaves=20)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(_JSON)
+def test_dumpb_writes_the_bytes_dumps_writes(value: object) -> None:
+    assert dumpb(value) == dumps(value).encode("utf-8")
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.floats(allow_nan=False, allow_infinity=False)
+       | st.floats(min_value=1e-11, max_value=1e-3) | st.floats(min_value=1e14, max_value=1e18))
+def test_every_float_orjson_spells_unlike_python_is_left_to_dumps(x: float) -> None:
+    assert dumpb([x]) == f"[{x!r}]".encode()
+    assert dumpb({"k": -x}) == f'{{"k":{-x!r}}}'.encode()
+
+
+@pytest.mark.parametrize("value", [{1: "int key"}, [2**64], {"a": [10**30, 1e-7, 0.00001]}])
+def test_what_orjson_cannot_or_would_spell_otherwise_takes_the_specification(value: object
+                                                                             ) -> None:
+    assert dumpb(value) == dumps(value).encode("utf-8")

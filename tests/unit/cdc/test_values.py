@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from wakeline.cdc.errors import BadValue
-from wakeline.cdc.values import convert, parse_array, zoned_timestamp
+from wakeline.cdc.values import convert, parse_array, zoned, zoned_timestamp
 
 
 @pytest.mark.parametrize("text, typmod, expected", [
@@ -60,3 +64,39 @@ def test_array_with_explicit_bounds() -> None:
 def test_bad_text_raises_bad_value(text: str, oid: int) -> None:
     with pytest.raises(BadValue):
         convert(text, oid)
+
+
+# PostgreSQL's UTC output, as the relay's session writes it, and what is near it: the
+# fast path (rearranging the digits) must answer exactly as parsing does (`zoned`), and
+# reject exactly what parsing rejects.
+_UTC_TEXT = st.builds(
+    lambda d, frac, sep, tail: f"{d:%Y-%m-%d}{sep}{d:%H:%M:%S}{frac}{tail}",
+    st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31, 23, 59, 59)),  # noqa: DTZ001 - naive: only its digits are written
+    st.sampled_from(["", ".5", ".12", ".000001", ".123450", ".999999", ".1234567"]),
+    st.sampled_from([" ", "T"]),
+    st.sampled_from(["+00", "+00:00", "-00", "+02", "-03:30", "", "+00 BC", "Z"]))
+_DAMAGED = st.builds(lambda t, i, c: t[:i] + c + t[i + 1:], _UTC_TEXT,
+                     st.integers(0, 25), st.sampled_from(list("0123456789:-. +x")))
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.one_of(_UTC_TEXT, _DAMAGED), st.sampled_from([-1, 0, 1, 3, 6]))
+def test_the_utc_fast_path_answers_as_parsing_does(text: str, typmod: int) -> None:
+    try:
+        expected: object = zoned(text, typmod)
+    except BadValue:
+        expected = BadValue
+    try:
+        got: object = zoned_timestamp(text, typmod)
+    except BadValue:
+        got = BadValue
+    assert got == expected, text
+
+
+@pytest.mark.parametrize("text", ["2026-02-30 00:00:00+00", "2026-13-01 00:00:00+00",
+                                  "2026-01-01 24:00:00+00", "2026-01-01 23:60:00+00"])
+def test_an_impossible_utc_instant_is_a_bad_value(text: str) -> None:
+    with pytest.raises(BadValue):
+        zoned_timestamp(text)
+    with pytest.raises(BadValue):
+        convert(text, 1184)
