@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from wakeline import __version__
-from wakeline.cdc._json import dumpb, dumps
+from wakeline.cdc._json import dumpb
 from wakeline.cdc.pgoutput import UNCHANGED_TOAST, Value
 from wakeline.cdc.values import converter_for
 
@@ -107,8 +107,9 @@ class SourceTemplate:
             "ts_ms": ts_us // 1000,
             "snapshot": snapshot,
             "db": self.db,
-            "sequence": dumps([None if prev_commit_lsn is None else str(prev_commit_lsn),
-                               str(lsn)]),
+            # dumps([prev or None, lsn]) of two integers as strings, written directly
+            "sequence": (f'["{prev_commit_lsn:d}","{lsn:d}"]' if prev_commit_lsn is not None
+                         else f'[null,"{lsn:d}"]'),
             "ts_us": ts_us,
             "ts_ns": ts_us * 1000,
             "schema": schema,

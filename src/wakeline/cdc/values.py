@@ -308,4 +308,6 @@ def converter_for(type_oid: int, typmod: int = -1) -> Callable[[str | None], Any
         return lambda text: None if text is None else int(text)
     if scalar is _timestamptz:
         return lambda text: None if text is None else zoned_timestamp(text, typmod)
+    if type_oid in ARRAYS:  # an empty array, the common case, needs no parsing
+        return lambda text: [] if text == "{}" else convert(text, type_oid, typmod)
     return lambda text: convert(text, type_oid, typmod)

@@ -199,3 +199,12 @@ def test_options_are_checked() -> None:
         Relay("postgresql://x", "b:1", snapshot="sometimes")
     with pytest.raises(ValueError):
         Relay("postgresql://x")
+
+
+@pytest.mark.parametrize("prev, lsn", [(None, 5), (123, 456), (0, 2**63), (None, 0)])
+def test_source_sequence_is_the_json_text_of_the_two_lsns(prev: int | None, lsn: int) -> None:
+    from wakeline.cdc._json import dumps
+
+    block = SourceTemplate(db="d").block(schema="public", table="records", ts_us=1, tx_id=1,
+                                         lsn=lsn, prev_commit_lsn=prev, snapshot=None)
+    assert block["sequence"] == dumps([None if prev is None else str(prev), str(lsn)])

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wakeline.cdc.errors import BadValue
-from wakeline.cdc.values import convert, parse_array, zoned, zoned_timestamp
+from wakeline.cdc.values import convert, converter_for, parse_array, zoned, zoned_timestamp
 
 
 @pytest.mark.parametrize("text, typmod, expected", [
@@ -100,3 +100,14 @@ def test_an_impossible_utc_instant_is_a_bad_value(text: str) -> None:
         zoned_timestamp(text)
     with pytest.raises(BadValue):
         convert(text, 1184)
+
+
+@pytest.mark.parametrize("oid", [1016, 1009, 1007, 1185, 1000, 1231])
+@pytest.mark.parametrize("text", ["{}", "[0:1]={}", "{NULL}", "{}x", None])
+def test_a_column_converter_answers_as_convert(oid: int, text: str | None) -> None:
+    def outcome(fn: object) -> object:
+        try:
+            return fn()  # type: ignore[operator]
+        except BadValue:
+            return BadValue
+    assert outcome(lambda: converter_for(oid)(text)) == outcome(lambda: convert(text, oid))
