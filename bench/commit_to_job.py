@@ -125,7 +125,7 @@ def _consume_jobs(bootstrap: str, topic: str, prefix: str, expect: int, ready: A
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{topic}",
                   "enable.auto.commit": False, "log_level": 3, "fetch.wait.max.ms": 5,
-                  "fetch.min.bytes": 1})
+                  "fetch.min.bytes": 1, "client.id": "bench-jobs"})
     parts = c.list_topics(topic, timeout=30).topics[topic].partitions
     c.assign([TopicPartition(topic, p, c.get_watermark_offsets(
         TopicPartition(topic, p), timeout=10)[1]) for p in parts])

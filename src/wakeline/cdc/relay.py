@@ -468,7 +468,8 @@ class Relay:
     def _producer_or_new(self) -> Producer:
         if self._producer is None:
             assert self.bootstrap is not None
-            self._producer = Producer(producer_config(self.bootstrap, self._producer_conf))
+            self._producer = Producer(producer_config(
+                self.bootstrap, {"client.id": "wakeline-relay", **self._producer_conf}))
             self._own_producer = True
         return self._producer
 

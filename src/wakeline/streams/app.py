@@ -186,7 +186,8 @@ class Runtime:
 
             from wakeline.cdc._kafka import producer_config
 
-            self._producer = Producer(producer_config(self.bootstrap, {"linger.ms": 1}))
+            self._producer = Producer(producer_config(self.bootstrap, {
+                "linger.ms": 1, "client.id": "wakeline-conditions"}))
         return self._producer
 
     def wakeup_and_running(self, st: EntityState) -> tuple[float | None, bool]:
@@ -242,6 +243,7 @@ def build_app(rt: Runtime) -> faust.App:
         broker_max_poll_records=2000,
         topic_allow_declare=True,
         producer_acks=-1,
+        broker_client_id="wakeline-faust",
         table_standby_replicas=0,
     )
     raw = {"key_serializer": "raw", "value_serializer": "raw"}

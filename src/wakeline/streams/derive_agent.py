@@ -305,7 +305,7 @@ class DeriveConsumer(threading.Thread):
             "bootstrap.servers": self.bootstrap, "group.id": self.group,
             "enable.auto.commit": False, "auto.offset.reset": "earliest",
             "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, "log_level": 3,
-            "fetch.wait.max.ms": 20,
+            "fetch.wait.max.ms": 20, "client.id": "wakeline-derive",
         })
         pool = ThreadPoolExecutor(max_workers=self.depth, thread_name_prefix="derive")
         for d in (self._next, self._committed, self._hold):
@@ -379,7 +379,8 @@ class DeriveConsumer(threading.Thread):
 
         if self._dlq is None:
             self._dlq = DeadLetterWriter(topic=self.dead_letter_topic, producer=Producer(
-                producer_config(self.bootstrap, {"linger.ms": 0})))
+                producer_config(self.bootstrap, {"linger.ms": 0,
+                                                 "client.id": "wakeline-derive"})))
         reason = f"not a derive job: {type(exc).__name__}: {exc}"
         self._dlq.write(code="derive.job.malformed", reason=reason, key=msg.key(),
                         value=msg.value(), topic=msg.topic() or "",

@@ -98,7 +98,8 @@ class PauseSync:
 
     def _loop(self) -> None:
         producer = Producer({"bootstrap.servers": self.rt.bootstrap,
-                             "partitioner": "murmur2_random", "log_level": 3})
+                             "partitioner": "murmur2_random", "log_level": 3,
+                             "client.id": "wakeline-pauses"})
         conn: psycopg.Connection[Any] | None = None
         while not self.stop.is_set():
             try:

@@ -205,9 +205,10 @@ class ReadinessConsumer(threading.Thread):
             "bootstrap.servers": self.bootstrap, "group.id": self.group,
             "enable.auto.commit": False, "auto.offset.reset": "earliest",
             "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, "log_level": 3,
-            "fetch.wait.max.ms": 50,
+            "fetch.wait.max.ms": 50, "client.id": "wakeline-readiness",
         })
-        producer = Producer(producer_config(self.bootstrap, {"linger.ms": 0}))
+        producer = Producer(producer_config(self.bootstrap, {
+            "linger.ms": 0, "client.id": "wakeline-readiness"}))
         dlq = DeadLetterWriter(topic=self.dead_letter_topic, producer=producer)
         failed: list[Any] = []
 
