@@ -24,6 +24,10 @@ read from the changes topic after the window: the commit record's timestamp, sam
 machine clock; ``track_commit_timestamp`` is not needed).  The client's time after
 COMMIT returned is recorded too and its offset from the commit timestamp printed.
 The first ``--warm`` seconds of writing are not measured; every job must arrive.
+Before the measured runs, each path runs once at the highest rate for
+``--warm-services`` seconds through a throw-away stack, not reported (default 15 s on
+Apache Kafka: a freshly started broker JVM spends its first minutes compiling, JFR's
+top thread in a 5k/s run was the C2 compiler, and a deployed broker is warm).
 
 Each job's time is also split by the messages' CreateTime (ms): CDC (commit → change
 produced), readiness (→ the ready batch holding it produced), conditions (→ job
@@ -35,6 +39,7 @@ the ratios.
 
     python bench/commit_to_job.py [--rates 1000,5000] [--seconds 10] [--paths relay,debezium]
         [--broker kafka|tansu] [--relay-process same|separate] [--connect-url URL]
+        [--warm-services SECONDS]
         [--png bench/results/commit_to_job.png] [--json FILE] [--tiny]
 """
 
@@ -494,6 +499,10 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=10.0, help="measured seconds per run")
     ap.add_argument("--warm", type=float, default=2.0, help="unmeasured seconds first")
     ap.add_argument("--paths", default="relay,debezium")
+    ap.add_argument("--warm-services", type=float, default=None, metavar="SECONDS",
+                    help="before the measured runs, drive each path at the highest rate for "
+                    "this long through a throw-away stack (default 15 on Apache Kafka, whose "
+                    "JVM compiles its hot paths through its first minutes, 0 on Tansu)")
     ap.add_argument("--broker", choices=("kafka", "tansu"), default="kafka")
     ap.add_argument("--relay-process", choices=("same", "separate"), default="same",
                     help="relay thread in the conditions worker (same) or its own worker")
@@ -513,6 +522,8 @@ def main() -> int:
     if args.tiny:
         args.rates, args.seconds, args.warm, args.paths = "100", 2.0, 1.0, "relay"
         args.broker, args.no_png = "tansu", True
+    if args.warm_services is None:
+        args.warm_services = 15.0 if args.broker == "kafka" and not args.bootstrap else 0.0
     rates = [float(x) for x in args.rates.split(",")]
     paths = [p.strip() for p in args.paths.split(",")]
     if "debezium" in paths and args.broker != "kafka":
@@ -538,6 +549,14 @@ def main() -> int:
                 connect.up(180)
                 stop.callback(connect.stop)
                 connect_pid = getattr(connect, "pid", None)
+        if args.warm_services > 0:
+            warm_args = argparse.Namespace(**{**vars(args), "seconds": args.warm_services,
+                                              "warm": 0.0})
+            for path in paths:
+                w = measure(svc, catalog, path, max(rates), warm_args, connect, connect_pid)
+                print(f"  warmed the services: {label(w, args.relay_process)} for "
+                      f"{args.warm_services:g} s, not reported (p50 {w['p50_ms']:.1f} ms, "
+                      f"p99 {w['p99_ms']:.1f} ms; {time.monotonic() - began:.0f} s)", flush=True)
         for rate in rates:
             raws[rate] = _raw_with_latencies(svc.bootstrap, rate, args.seconds, args.warm)
             for path in paths:
@@ -550,7 +569,9 @@ def main() -> int:
     print(f"machine: {machine()}; broker {args.broker}, {args.partitions} partitions, one "
           f"conditions worker process; relay "
           f"{'in the conditions process' if args.relay_process == 'same' else 'in its own process'}"
-          f"; {args.warm:g} s unmeasured + {args.seconds:g} s measured per run")
+          f"; {args.warm:g} s unmeasured + {args.seconds:g} s measured per run"
+          + (f", after {args.warm_services:g} s per path to warm the services"
+             if args.warm_services else ""))
     ok = True
     for r in results:
         complete = r["missing"] == 0 and r["no_commit_ts"] == 0 and r["duplicates"] == 0
