@@ -238,7 +238,7 @@ def main() -> None:
         sys.exit("the C and Python readers disagree")
     gc.collect()
     gc.freeze()
-    gc.set_threshold(50_000)  # as the worker runs (streams/worker.py tune_gc)
+    gc.set_threshold(50_000)  # a collection per 50,000 allocations, as a worker between batches
     us = 1e6
     c_enc = timed(codec.encode_state, states, a.repeat) * us
     py_enc = timed(python_encode, states, a.repeat) * us

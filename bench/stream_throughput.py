@@ -152,6 +152,7 @@ def run_workers(stack: Stack, expect: int, workers: int = 1, layout: str = "one"
 
     t0 = time.monotonic()
     before = poll()
+    first = [dict(x) for x in last]
     # changes the readiness stage of a one-process worker had already parsed and
     # forwarded when the measurement started: their parsing is not in its CPU figure
     early = sum((x.get("readiness") or {}).get("forwarded", 0) for x in last)
@@ -198,6 +199,14 @@ def run_workers(stack: Stack, expect: int, workers: int = 1, layout: str = "one"
             "us_per_record": 1e6 * cpu / measured,
             "readiness_us_per_record": 1e6 * feeder_cpu / measured,
             "by_outcome": by_outcome, "early": early,
+            # the workers' cyclic-GC seconds over the window (streams.gcpolicy.GC_SPENT)
+            "gc_s": sum(sum((x.get("gc") or {}).get("seconds", [0.0])) for x in last)
+            - sum(sum((x.get("gc") or {}).get("seconds", [0.0])) for x in first),
+            "gc": [[sum((x.get("gc") or {}).get(k, [0, 0, 0])[g] for x in last)
+                    - sum((x.get("gc") or {}).get(k, [0, 0, 0])[g] for x in first)
+                    for g in range(3)] for k in ("collections", "seconds")],
+            "gc_longest": [max([(x.get("gc") or {}).get("longest", [0.0] * 3)[g] for x in last]
+                               or [0.0]) for g in range(3)],
             "machine_us_per_record": {k: 1e6 * v / measured for k, v in
                                       sorted(shares.items(), key=lambda kv: -kv[1])
                                       if 1e6 * v / measured >= 0.5},
@@ -312,6 +321,13 @@ def main() -> int:
                   + (f"; readiness process {w['readiness_cpu_pct']:.0f}%, "
                      f"{w['readiness_us_per_record']:.0f} us/record" if w["layout"] == "split"
                      else "") + f"; peak RSS {w['rss_mb']:.0f} MiB)")
+            if w["gc_s"]:
+                (n0, n1, n2), (s0, s1, s2) = w["gc"]
+                print(f"    cyclic GC: {w['gc_s']:.2f} s of the worker's {w['cpu']:.1f} s of CPU "
+                      f"({100 * w['gc_s'] / w['cpu']:.1f} %): generation 0 {n0} collections "
+                      f"{s0:.2f} s, 1 {n1} / {s1:.2f} s, 2 {n2} / {s2:.2f} s; the longest "
+                      f"since start-up " + " / ".join(f"{1000 * t:.0f}" for t in w["gc_longest"])
+                      + " ms")
             m = w["machine_us_per_record"]
             print(f"    the machine's CPU per record in that window ({w['machine_busy_pct']:.0f}% "
                   f"of {os.cpu_count()} cores busy): " + ", ".join(

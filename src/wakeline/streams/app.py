@@ -43,6 +43,7 @@ from wakeline.core.state import EntityState
 from wakeline.derive import DeriveExecutor, JobSpec, RunResult
 from wakeline.streams import ready, stimuli
 from wakeline.streams.cron import CronScheduler
+from wakeline.streams.gcpolicy import GC_SPENT, collect_between_batches
 from wakeline.streams.guard import (
     OffsetGuard,
     admit_batch,
@@ -285,7 +286,7 @@ def build_app(rt: Runtime) -> faust.App:
                 "derive": None if d is None else {
                     "consumed": d.consumed, "batches": d.batches, "runs": d.runs,
                     "dead_letters": d.dead_letters},
-                "by_outcome": c.by_outcome}), flush=True)
+                "gc": GC_SPENT, "by_outcome": c.by_outcome}), flush=True)
 
     @app.on_partitions_revoked.connect
     async def forget_offsets(sender: Any, revoked: Any, **kw: Any) -> None:
@@ -308,6 +309,7 @@ def build_app(rt: Runtime) -> faust.App:
                 if batch:
                     await _handle_batch(app, rt, batch)
                     rt.counters.batches += 1
+                collect_between_batches()
 
         @app.timer(interval=rt.tick_interval, name="ticks")
         async def ticks() -> None:

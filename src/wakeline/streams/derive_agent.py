@@ -48,6 +48,7 @@ from typing import Any
 
 from wakeline.derive import JobSpec, RunResult
 from wakeline.derive.executor import waves
+from wakeline.streams.gcpolicy import collect_between_batches
 
 log = logging.getLogger("wakeline.streams.derive")
 
@@ -368,6 +369,7 @@ class DeriveConsumer(threading.Thread):
                    and not any(boxes & b.boxes for b in self._inflight))
         self._inflight.append(_Batch(pool.submit(self._run, jobs), boxes, first))
         self.batches += 1
+        collect_between_batches()
 
     def _dead_letter(self, msg: Any, exc: Exception) -> None:
         from confluent_kafka import Producer

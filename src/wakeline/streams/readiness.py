@@ -39,6 +39,7 @@ from wakeline.core.inputs import record_dict
 from wakeline.core.outcomes import Outcome, OutcomeKind
 from wakeline.core.plan import Rec
 from wakeline.store import Store
+from wakeline.streams.gcpolicy import collect_between_batches
 from wakeline.streams.keys import parse_key
 from wakeline.streams.ready import Handoff, Item
 
@@ -261,6 +262,7 @@ class ReadinessConsumer(threading.Thread):
                 if last:
                     consumer.commit(offsets=[TopicPartition(self.topic, p, o + 1)
                                              for p, o in last.items()], asynchronous=True)
+                collect_between_batches()
         finally:
             consumer.close()
             producer.flush(10)

@@ -20,6 +20,7 @@ import faust
 from wakeline.cdc.relay import Relay
 from wakeline.streams.app import Runtime, build_app, trace
 from wakeline.streams.derive_agent import DeriveConsumer
+from wakeline.streams.gcpolicy import tune_gc
 from wakeline.streams.pauses import PauseSync
 from wakeline.streams.readiness import ReadinessConsumer
 
@@ -81,29 +82,6 @@ def start_derive(rt: Runtime, stop: threading.Event) -> DeriveConsumer:
     rt.derive = consumer
     consumer.start()
     return consumer
-
-
-#: the cyclic GC's generation-0 threshold in workers (CPython's default: 700)
-GC_THRESHOLD0 = 50_000
-
-
-def tune_gc() -> None:
-    """Fewer, cheaper cyclic garbage collections.
-
-    The hot paths allocate many short-lived containers (parsed envelopes, events,
-    outcomes) that reference counting frees; at CPython's default threshold a
-    collection ran every 700 allocations and the older generations rescanned every
-    long-lived object (Faust's, the entity store's).  Measured in process on this
-    machine: decoding a ready batch cost 29 us per change with the default GC and 8
-    with none.  Objects alive at start-up are frozen (never scanned again) and
-    generation 0 collects every 50,000 allocations; what forms cycles is still
-    collected."""
-    import gc
-
-    gc.collect()
-    gc.freeze()
-    _, g1, g2 = gc.get_threshold()
-    gc.set_threshold(GC_THRESHOLD0, g1, g2)
 
 
 def run_worker(rt: Runtime, *, relay: bool = False, loglevel: str = "warn",
