@@ -95,6 +95,13 @@ def cpu_share(before: dict[tuple[int, str], float], after: dict[tuple[int, str],
     return out
 
 
+def per_unit(shares: dict[str, float], units: int) -> dict[str, float]:
+    """:func:`cpu_share`'s seconds as µs per record / commit, largest first, without the
+    processes under 0.5 µs."""
+    return {k: 1e6 * v / units for k, v in sorted(shares.items(), key=lambda kv: -kv[1])
+            if 1e6 * v / units >= 0.5}
+
+
 def rss_bytes(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):

@@ -71,6 +71,7 @@ from _stack import (  # noqa: E402
     cpu_share,
     machine,
     pct,
+    per_unit,
 )
 
 TARGETS = {"relay": {"p50_ms": 50.0, "p99_ms": 250.0}, "debezium": {"p99_ms": 600.0}}
@@ -388,9 +389,7 @@ def measure(svc: Services, catalog: Path, path: str, rate: float, args: argparse
         # all cores, whole machine (this run and anything else), first commit → last job
         "machine_busy_pct": 100 * (busy1[0] - busy0[0]) / (busy1[1] - busy0[1]),
         # the same window's CPU by process, per commit written
-        "machine_us_per_commit": {k: 1e6 * v / n for k, v in
-                                  sorted(shares.items(), key=lambda kv: -kv[1])
-                                  if 1e6 * v / n >= 0.5},
+        "machine_us_per_commit": per_unit(shares, n),
         "latencies_ms": [x * 1000 for x in lat],
         "timeline": timeline, "measured_from_s": rows[0][0] - every[0][0] if rows else 0.0,
     }

@@ -42,6 +42,7 @@ from _stack import (  # noqa: E402
     cpu_seconds,
     cpu_share,
     machine,
+    per_unit,
     rss_bytes,
 )
 
@@ -199,17 +200,14 @@ def run_workers(stack: Stack, expect: int, workers: int = 1, layout: str = "one"
             "us_per_record": 1e6 * cpu / measured,
             "readiness_us_per_record": 1e6 * feeder_cpu / measured,
             "by_outcome": by_outcome, "early": early,
-            # the workers' cyclic-GC seconds over the window (streams.gcpolicy.GC_SPENT)
-            "gc_s": sum(sum((x.get("gc") or {}).get("seconds", [0.0])) for x in last)
-            - sum(sum((x.get("gc") or {}).get("seconds", [0.0])) for x in first),
+            # the workers' cyclic-GC collections and seconds over the window, per generation
+            # (streams.gcpolicy.GC_SPENT)
             "gc": [[sum((x.get("gc") or {}).get(k, [0, 0, 0])[g] for x in last)
                     - sum((x.get("gc") or {}).get(k, [0, 0, 0])[g] for x in first)
                     for g in range(3)] for k in ("collections", "seconds")],
             "gc_longest": [max([(x.get("gc") or {}).get("longest", [0.0] * 3)[g] for x in last]
                                or [0.0]) for g in range(3)],
-            "machine_us_per_record": {k: 1e6 * v / measured for k, v in
-                                      sorted(shares.items(), key=lambda kv: -kv[1])
-                                      if 1e6 * v / measured >= 0.5},
+            "machine_us_per_record": per_unit(shares, measured),
             "machine_busy_pct": 100 * sum(shares.values()) / dt / (os.cpu_count() or 1),
             "handoff": {k: sum((x.get("handoff") or {}).get(k, 0) for x in last)
                         for k in ("kept", "taken", "dropped", "full")}}
@@ -321,10 +319,11 @@ def main() -> int:
                   + (f"; readiness process {w['readiness_cpu_pct']:.0f}%, "
                      f"{w['readiness_us_per_record']:.0f} us/record" if w["layout"] == "split"
                      else "") + f"; peak RSS {w['rss_mb']:.0f} MiB)")
-            if w["gc_s"]:
-                (n0, n1, n2), (s0, s1, s2) = w["gc"]
-                print(f"    cyclic GC: {w['gc_s']:.2f} s of the worker's {w['cpu']:.1f} s of CPU "
-                      f"({100 * w['gc_s'] / w['cpu']:.1f} %): generation 0 {n0} collections "
+            (n0, n1, n2), (s0, s1, s2) = w["gc"]
+            if s0 + s1 + s2:
+                gc_s = s0 + s1 + s2
+                print(f"    cyclic GC: {gc_s:.2f} s of the worker's {w['cpu']:.1f} s of CPU "
+                      f"({100 * gc_s / w['cpu']:.1f} %): generation 0 {n0} collections "
                       f"{s0:.2f} s, 1 {n1} / {s1:.2f} s, 2 {n2} / {s2:.2f} s; the longest "
                       f"since start-up " + " / ".join(f"{1000 * t:.0f}" for t in w["gc_longest"])
                       + " ms")

@@ -56,7 +56,11 @@ def _surrogates(match: re.Match[str]) -> str:
 
 def dumps(value: Any) -> str:
     """Compact JSON text, Jackson-compatible."""
-    text = _ENCODER.encode(value)
+    return _jackson(_ENCODER.encode(value))
+
+
+def _jackson(text: str) -> str:
+    """Python's (or orjson's) JSON text with Jackson's two differences applied."""
     if "\\u00" in text:
         text = _LOWER_ESCAPE.sub(_upper, text)
     if not text.isascii():
@@ -69,16 +73,9 @@ def dumps(value: Any) -> str:
 # other finite float is spelled alike; tests/unit/cdc/test_json_and_partitioner.py).
 # The pattern may also match inside a string: that costs speed only, never bytes.
 _ORJSON_FLOAT_E = re.compile(rb"e-\d")
-_LOWER_ESCAPE_B = re.compile(rb"(\\+)u00([01][a-f])")
-_ANY_LOWER_ESCAPE_B = re.compile(rb"\\u00[01][a-f]")
+# What _jackson() would change: a lower-case control escape, an astral character's lead byte.
+_LOWER_ESCAPE_B = re.compile(rb"\\u00[01][a-f]")
 _ASTRAL_LEAD = re.compile(rb"[\xf0-\xf4]")
-
-
-def _upper_b(match: re.Match[bytes]) -> bytes:
-    slashes, code = match.group(1), match.group(2)
-    if len(slashes) % 2 == 0:
-        return match.group(0)
-    return slashes + b"u00" + code.upper()
 
 
 def dumpb(value: Any) -> bytes:
@@ -89,10 +86,8 @@ def dumpb(value: Any) -> bytes:
         return dumps(value).encode("utf-8")
     if b"0.0000" in data or _ORJSON_FLOAT_E.search(data):
         return dumps(value).encode("utf-8")
-    if _ANY_LOWER_ESCAPE_B.search(data):
-        data = _LOWER_ESCAPE_B.sub(_upper_b, data)
-    if not data.isascii() and _ASTRAL_LEAD.search(data):
-        data = _ASTRAL.sub(_surrogates, data.decode("utf-8")).encode("utf-8")
+    if _LOWER_ESCAPE_B.search(data) or (not data.isascii() and _ASTRAL_LEAD.search(data)):
+        return _jackson(data.decode("utf-8")).encode("utf-8")
     return data
 
 
