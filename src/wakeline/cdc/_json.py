@@ -32,6 +32,8 @@ from typing import Any
 
 import orjson
 
+from wakeline.core.jsontext import floats_differ
+
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 # A run of backslashes, then u00 and a control-character code with a-f in it.
 # An odd run means the last backslash starts an escape; an even run is literal
@@ -68,11 +70,6 @@ def _jackson(text: str) -> str:
     return text
 
 
-# What orjson writes differently from Python's encoder, and so is left to dumps(): a
-# float orjson spells "1e-7" or "0.00001" where repr() spells "1e-07" / "1e-05" (every
-# other finite float is spelled alike; tests/unit/cdc/test_json_and_partitioner.py).
-# The pattern may also match inside a string: that costs speed only, never bytes.
-_ORJSON_FLOAT_E = re.compile(rb"e-\d")
 # What _jackson() would change: a lower-case control escape, an astral character's lead byte.
 _LOWER_ESCAPE_B = re.compile(rb"\\u00[01][a-f]")
 _ASTRAL_LEAD = re.compile(rb"[\xf0-\xf4]")
@@ -84,7 +81,7 @@ def dumpb(value: Any) -> bytes:
         data = orjson.dumps(value)
     except TypeError:  # integers beyond 64 bits, non-string keys, lone surrogates, ...
         return dumps(value).encode("utf-8")
-    if b"0.0000" in data or _ORJSON_FLOAT_E.search(data):
+    if floats_differ(data):  # a float below 1e-4: left to dumps()
         return dumps(value).encode("utf-8")
     if _LOWER_ESCAPE_B.search(data) or (not data.isascii() and _ASTRAL_LEAD.search(data)):
         return _jackson(data.decode("utf-8")).encode("utf-8")
