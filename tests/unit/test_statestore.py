@@ -98,3 +98,37 @@ def test_the_least_recently_used_live_state_goes_first() -> None:
     assert list(store._live) == ["w\x1f0", "w\x1f2"]  # 1 was evicted, not 0
     assert store.get(0, "w\x1f0", "w", "0") is states[0]
     assert store.get(0, "w\x1f1", "w", "1") is not states[1]  # decoded again from bytes
+
+
+def test_states_waiting_for_the_flush_are_bounded_and_written_in_order() -> None:
+    """Between flushes at most ``2 * dirty_max`` states are held decoded for it: the
+    oldest are encoded early, and the flush still writes every change, a state
+    changed again after it was encoded twice, the newer value last."""
+    store = EntityStore(bootstrap="-", topic="t", group="g", meta=lambda st: (None, False),
+                        live_max=2, dirty_max=2)
+    store.parts[0] = {}
+    held = []
+    for i in range(7):
+        st = EntityState("w", str(i))
+        st.last_lsn = i
+        store.put(0, f"w\x1f{i}", st, None, False)
+        held.append(len(store._dirty))
+        assert len(store._live) <= 2
+    assert held == [1, 2, 3, 4, 3, 4, 3]  # past 2 * dirty_max, the oldest 2 are encoded
+    assert set(store.parts[0]) == {"w\x1f0", "w\x1f1", "w\x1f2", "w\x1f3"}  # stored already
+    # entity 0 changes again: decoded from its stored bytes, and written twice
+    again = store.get(0, "w\x1f0", "w", "0")
+    assert again.last_lsn == 0 and again is not None
+    again.last_lsn = 10
+    store.put(0, "w\x1f0", again, 5.0, True)
+    sent: list[tuple] = []
+    assert store.flush(lambda *m: sent.append(m)) == 8
+    keys = [m[1] for m in sent]
+    assert sorted(set(keys)) == sorted(f'"w\\u001f{i}"'.encode() for i in range(7))
+    assert keys.index(b'"w\\u001f0"') < len(keys) - 1 and keys[-1] == b'"w\\u001f0"'
+    last = {m[1]: m[3] for m in sent}  # what a compacted changelog keeps
+    assert unframe(last[b'"w\\u001f0"'])[1:] == (5.0, True)
+    assert store.get(0, "w\x1f0", "w", "0").last_lsn == 10
+    assert [store.get(0, f"w\x1f{i}", "w", str(i)).last_lsn for i in range(1, 7)] == \
+        list(range(1, 7))
+    assert store.flush(lambda *m: sent.append(m)) == 0  # nothing waits any more

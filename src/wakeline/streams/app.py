@@ -604,7 +604,8 @@ async def _handle_batch(app: Any, rt: Runtime, events: list[Any]) -> None:
     times = event_times(app, rt, rt.guards["conditions"], ready_name, clock_now)
     outcomes: list[Outcome] = []
     jobs: list[tuple[bytes, bytes]] = []
-    for ident, items in groups.items():
+    for ident in list(groups):
+        items = groups.pop(ident)  # so an entity's events are freed once applied
         skey = state_key(*ident)
         p = items[0][0]
         now = times.get(p, clock_now)  # event time while the partition is behind

@@ -86,10 +86,11 @@ class EntityStore:
 
     def __init__(self, *, bootstrap: str, topic: str, group: str,
                  meta: Callable[[EntityState], tuple[float | None, bool]],
-                 live_max: int = 4096) -> None:
+                 live_max: int = 4096, dirty_max: int = 4096) -> None:
         self.bootstrap, self.topic, self.group = bootstrap, topic, group
         self.meta = meta
         self.live_max = live_max
+        self.dirty_max = dirty_max
         self.parts: dict[int, dict[str, bytes]] = {}
         #: per partition, the changelog offset after the last message known to this
         #: worker (read by a reload, or written and acknowledged)
@@ -100,6 +101,9 @@ class EntityStore:
         # 7.8 % of a conditions worker's samples at 100k entities.
         self._live: OrderedDict[str, tuple[int, EntityState]] = OrderedDict()
         self._dirty: dict[str, tuple[int, EntityState, float | None, bool]] = {}
+        #: states encoded before the flush (:meth:`put`), in encoding order: (key,
+        #: partition, value)
+        self._encoded: list[tuple[str, int, bytes]] = []
         self._loading: dict[int, asyncio.Future[Reloaded]] = {}
         self.reloads: list[Reloaded] = []
         self.produced = 0
@@ -128,6 +132,7 @@ class EntityStore:
         if gone:
             self._live = OrderedDict((k, v) for k, v in self._live.items() if v[0] not in gone)
             self._dirty = {k: v for k, v in self._dirty.items() if v[0] not in gone}
+            self._encoded = [e for e in self._encoded if e[1] not in gone]
         return gone
 
     def loading(self, partition: int, loop: asyncio.AbstractEventLoop,
@@ -199,24 +204,51 @@ class EntityStore:
 
     def put(self, partition: int, skey: str, st: EntityState, wakeup: float | None,
             running: bool) -> None:
-        self._dirty[skey] = (partition, st, wakeup, running)
-        self._live[skey] = (partition, st)
-        self._live.move_to_end(skey)
+        """``st`` changed: it is encoded and produced by the next :meth:`flush`.
+
+        Bounded between flushes: the live states are trimmed to ``live_max`` here, and
+        once more than ``2 * dirty_max`` states wait, the oldest ``dirty_max`` are
+        encoded now (stored, and queued for the flush in that order).  A conditions
+        batch in a backlog touches ~13k entities; holding every one decoded until the
+        flush kept ~200k more objects alive for each collection of the cyclic GC to
+        scan.  An entity changed again after its state was encoded is written twice
+        by that flush, the newer value last."""
+        dirty = self._dirty
+        dirty[skey] = (partition, st, wakeup, running)
+        live = self._live
+        live[skey] = (partition, st)
+        live.move_to_end(skey)
+        if len(live) > self.live_max:
+            live.popitem(last=False)
+        if len(dirty) > 2 * self.dirty_max:
+            items = iter(dirty.items())
+            for _ in range(self.dirty_max):
+                self._encode(*next(items))
+            self._dirty = dict(items)
+
+    def _encode(self, skey: str, entry: tuple[int, EntityState, float | None, bool]) -> None:
+        p, st, wakeup, running = entry
+        part = self.parts.get(p)
+        if part is None:
+            return  # revoked meanwhile: the next owner replays the events
+        value = part[skey] = frame(encode_state(st), wakeup, running)
+        self._encoded.append((skey, p, value))
 
     def flush(self, produce: Callable[[str, bytes, int, bytes], None]) -> int:
         """Encode each state changed since the last flush, store it and hand it to
-        ``produce(topic, key, partition, value)``; returns how many.  The caller waits
-        for the producer before acking the events that made them."""
-        n = 0
-        for skey, (p, st, wakeup, running) in self._dirty.items():
-            part = self.parts.get(p)
-            if part is None:
-                continue  # revoked meanwhile: the next owner replays the events
-            value = frame(encode_state(st), wakeup, running)
-            part[skey] = value
-            produce(self.topic, orjson.dumps(skey), p, value)
-            n += 1
+        ``produce(topic, key, partition, value)`` (first those :meth:`put` encoded
+        already); returns how many.  The caller waits for the producer before acking
+        the events that made them."""
+        for skey, entry in self._dirty.items():
+            self._encode(skey, entry)
         self._dirty.clear()
+        encoded, self._encoded = self._encoded, []
+        topic, dumps, parts = self.topic, orjson.dumps, self.parts
+        n = 0
+        for skey, p, value in encoded:
+            if p in parts:
+                produce(topic, dumps(skey), p, value)
+                n += 1
         live = self._live
         while len(live) > self.live_max:
             live.popitem(last=False)
