@@ -50,3 +50,32 @@ def test_a_batch_boundary_collects_once_enough_was_allocated(tuned: None) -> Non
     assert spent["collections"][0] + spent["collections"][1] == n + 1
     assert gc.get_count()[0] < 1_000
     assert len(kept) > gcpolicy.GC_BETWEEN_BATCHES
+
+
+def test_one_batch_loop_per_process_collects(tuned: None) -> None:
+    """With the conditions agent in the process, the readiness stage's and the derive
+    consumer's batch boundaries leave the collecting to it; without it, readiness
+    collects, and a process without either lets the derive consumer collect."""
+    spent = gcpolicy.GC_SPENT
+
+    def collects(role: str) -> bool:
+        gc.collect()
+        n = spent["collections"][0] + spent["collections"][1]
+        kept = [[i] for i in range(gcpolicy.GC_BETWEEN_BATCHES + 1_000)]
+        gcpolicy.collect_between_batches(role)
+        assert len(kept) > gcpolicy.GC_BETWEEN_BATCHES
+        return spent["collections"][0] + spent["collections"][1] > n
+
+    try:
+        gcpolicy.tune_gc(("readiness", "conditions", "derive"))
+        assert [collects(r) for r in ("conditions", "readiness", "derive")] == \
+            [True, False, False]
+        gcpolicy.tune_gc(("derive", "readiness"))
+        assert [collects(r) for r in ("conditions", "readiness", "derive")] == \
+            [False, True, False]
+        gcpolicy.tune_gc(("derive",))
+        assert [collects(r) for r in ("conditions", "readiness", "derive")] == \
+            [False, False, True]
+    finally:
+        gcpolicy.tune_gc()
+    assert collects("readiness") and collects("derive")  # no roles: every loop collects

@@ -309,7 +309,7 @@ def build_app(rt: Runtime) -> faust.App:
                 if batch:
                     await _handle_batch(app, rt, batch)
                     rt.counters.batches += 1
-                collect_between_batches()
+                collect_between_batches("conditions")
 
         @app.timer(interval=rt.tick_interval, name="ticks")
         async def ticks() -> None:

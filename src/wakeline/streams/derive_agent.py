@@ -369,7 +369,7 @@ class DeriveConsumer(threading.Thread):
                    and not any(boxes & b.boxes for b in self._inflight))
         self._inflight.append(_Batch(pool.submit(self._run, jobs), boxes, first))
         self.batches += 1
-        collect_between_batches()
+        collect_between_batches("derive")
 
     def _dead_letter(self, msg: Any, exc: Exception) -> None:
         from confluent_kafka import Producer

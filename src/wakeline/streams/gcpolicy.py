@@ -9,12 +9,19 @@ collector took 18.6-23.1 % of the worker's CPU: 95-106 young collections of ~20 
 each in the middle of batches, and 8-9 of the next generation at ~200 ms.
 
 So the collector runs between batches instead, when a batch's objects are gone:
-:func:`collect_between_batches` after each batch of the conditions agent, the
-readiness stage and the derive consumer collects the young generation once 50,000
-containers were allocated since the last collection (and the next generation every
-tenth time), and the automatic threshold is raised to 1,000,000 allocations, a net
-for code that never reaches a batch boundary.  Objects alive at start-up are frozen
-(never scanned again).  What forms reference cycles is still collected.
+:func:`collect_between_batches` after each batch collects the young generation once
+50,000 more containers are alive than at the last collection (and the next generation
+every tenth time), and the automatic threshold is raised to 1,000,000, a net for code
+that never reaches a batch boundary.  Objects alive at start-up are frozen (never
+scanned again).  What forms reference cycles is still collected.
+
+One batch loop per process collects (:func:`tune_gc`'s ``roles``): the conditions
+agent's when the process runs it, else the readiness stage's, else the derive
+consumer's.  The readiness stage runs in a thread beside the agent: when its batch
+boundaries collected too, every young collection of a one-process worker came from
+the readiness thread in the middle of an agent batch, and scanned that batch's live
+states and outcomes (a census of the young generation at each collection, 2026-12-07:
+40k-127k objects, DState, Outcome, EntityState, Fact among the readiness stage's own).
 """
 
 from __future__ import annotations
@@ -32,6 +39,10 @@ GC_BETWEEN_BATCHES = 50_000
 GC_SPENT: dict[str, list[float]] = {"collections": [0, 0, 0], "seconds": [0.0, 0.0, 0.0],
                                     "longest": [0.0, 0.0, 0.0]}
 _started = [0.0]
+#: the roles whose batch loops may collect, first first; the one that runs here collects
+_COLLECTORS = ("conditions", "readiness", "derive")
+#: the role whose batch boundaries collect in this process (None: every caller's)
+_collector: list[str | None] = [None]
 
 
 def _timer(phase: str, info: dict[str, int]) -> None:
@@ -46,9 +57,11 @@ def _timer(phase: str, info: dict[str, int]) -> None:
         GC_SPENT["longest"][g] = took
 
 
-def tune_gc() -> None:
+def tune_gc(roles: tuple[str, ...] | list[str] | set[str] = ()) -> None:
     """Freeze what start-up allocated, raise the automatic threshold to
-    :data:`GC_THRESHOLD0`, and time every collection (:data:`GC_SPENT`)."""
+    :data:`GC_THRESHOLD0`, time every collection (:data:`GC_SPENT`), and let the batch
+    loop of the first of :data:`_COLLECTORS` among ``roles`` collect."""
+    _collector[0] = next((r for r in _COLLECTORS if r in roles), None)
     gc.collect()
     gc.freeze()
     _, g1, g2 = gc.get_threshold()
@@ -57,10 +70,13 @@ def tune_gc() -> None:
         gc.callbacks.append(_timer)
 
 
-def collect_between_batches() -> None:
-    """At a batch boundary: collect the young generation once
-    :data:`GC_BETWEEN_BATCHES` containers were allocated since the last collection, the
-    next one too when it was collected ten times since (CPython's own ratio)."""
+def collect_between_batches(role: str = "conditions") -> None:
+    """At a batch boundary of ``role``'s loop, when it is the process's collector:
+    collect the young generation once :data:`GC_BETWEEN_BATCHES` more containers are
+    alive than at the last collection, the next one too when it was collected ten
+    times since (CPython's own ratio)."""
+    if _collector[0] is not None and role != _collector[0]:
+        return
     young, middle, _ = gc.get_count()
     if young >= GC_BETWEEN_BATCHES:
         gc.collect(1 if middle >= 10 else 0)

@@ -262,7 +262,7 @@ class ReadinessConsumer(threading.Thread):
                 if last:
                     consumer.commit(offsets=[TopicPartition(self.topic, p, o + 1)
                                              for p, o in last.items()], asynchronous=True)
-                collect_between_batches()
+                collect_between_batches("readiness")
         finally:
             consumer.close()
             producer.flush(10)

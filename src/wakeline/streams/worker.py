@@ -88,7 +88,7 @@ def run_worker(rt: Runtime, *, relay: bool = False, loglevel: str = "warn",
                on_started: Callable[[faust.App], Any] | None = None) -> None:
     ensure_topics(rt)
     app = build_app(rt)
-    tune_gc()
+    tune_gc(rt.roles)
     stop = threading.Event()
     relay_parts = start_relay(rt, stop) if relay else None
     # Operator pauses from PostgreSQL (wakeline.streams.pauses), for the conditions role.
