@@ -173,3 +173,65 @@ def test_a_short_list_is_short_even_with_room_behind_it(full):
     assert C([cut]) is None
     with pytest.raises((IndexError, ready.BadBatch)):
         ready.decode_items([copy.deepcopy(cut)])
+
+
+# -- the writer: ready_doc against ready.encode_items ---------------------------------------
+
+D = ready._c_doc
+
+
+def test_the_c_writer_builds_what_ready_py_builds():
+    assert D is not None
+    assert D(ITEMS) == ready.encode_items(ITEMS)
+    assert D(tuple(ITEMS)) == ready.encode_items(ITEMS)  # any sequence, as chunks() slices
+    assert D([]) == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(items)
+def test_arbitrary_batches_encode_alike(its):
+    """The same lists, so the same bytes."""
+    assert D(its) == ready.encode_items(its)
+
+
+class OtherItem(ready.Item):
+    __slots__ = ()
+
+
+@pytest.mark.parametrize("odd", [
+    [ready.Item("text key", "w", "e", 1, [])],                      # key not bytes
+    [ready.Item(b"\xff", "w", "e", 1, [])],                          # key not UTF-8
+    [ready.Item(b"k", "w", "e", 1, ("not", "a list"))],               # events not a list
+    [ready.Item(b"k", "w", "e", 1, ["an event it does not know"])],
+    [OtherItem(b"k", "w", "e", 1, [])],                              # a subclass
+    [ready.Item(b"k", "w", "e", 1, [RecordChanged("c", "not a Rec", None, 0)])],
+    [ready.Item(b"k", "w", "e", 1, [RecordChanged("c", None, None, "7")])],  # lsn not an int
+])
+def test_what_c_does_not_write_is_left_to_ready_py(odd, monkeypatch):
+    assert D(odd) is None
+    try:
+        with_c: Any = ready.encode(0, odd)
+    except Exception as exc:  # noqa: BLE001 - ready.py says what is wrong, as without C
+        monkeypatch.setattr(ready, "_c_doc", None)
+        with pytest.raises(type(exc)):
+            ready.encode(0, odd)
+        return
+    monkeypatch.setattr(ready, "_c_doc", None)
+    assert with_c == ready.encode(0, odd)
+
+
+def test_negative_and_wide_positions_split_as_python_does():
+    for lsn in (0, 1, 2**64 - 1, 2**64, 2**128 - 1, -1, -(2**70)):
+        its = [ready.Item(b"k", "w", "e", 1, [RecordChanged("c", None, None, lsn),
+                                              CursorAdvanced("d", 1, 2.0, "noop", None, lsn)])]
+        assert D(its) == ready.encode_items(its)
+
+
+def test_the_writer_keeps_no_memory():
+    def once() -> None:
+        assert D(ITEMS) is not None
+        assert D([ready.Item(b"\xff", "w", "e", 1, [])]) is None
+        assert D([ready.Item(b"k", "w", "e", 1, [RecordChanged("c", "x", None, 0)])]) is None
+
+    grown = bytes_kept(once)
+    assert grown < 8_000, f"{grown} bytes kept after 500 rounds"

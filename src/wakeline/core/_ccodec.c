@@ -431,7 +431,7 @@ static int w_seq(W *w, PyObject *s) {
 
 /* attributes of the object being written, released together */
 typedef struct {
-    PyObject *o[12];
+    PyObject *o[16]; /* a Cls has at most 16 fields */
     int n;
 } Attrs;
 
@@ -1464,6 +1464,170 @@ fail:
     return rc;
 }
 
+/* ---- writing: ready.encode's "items" array ---------------------------------------------
+ * ready_doc(items): [[key.decode(), workspace, entity, offset, *events], ...] with each event
+ * as ready._event writes it, or None when ready.py must (anything but the exact classes, a
+ * key that is not UTF-8): the lists orjson then writes. */
+
+static Cls C_CA = {6, {"derivation", "watermark", "finished_at", "outcome", "job_id", "lsn"}};
+static PyObject *s_64, *s_mask64;
+
+/* ready._rec: None, or the 14 fields of a Rec as a list */
+static int wr_rec(PyObject *r, PyObject **out) {
+    if (r == Py_None) {
+        *out = Py_NewRef(Py_None);
+        return 0;
+    }
+    if (!Py_IS_TYPE(r, RecType)) return FALLBACK;
+    Attrs a = {.n = 0};
+    PyObject *v[14];
+    if (fields(&a, r, &C_REC, v)) {
+        attrs_clear(&a);
+        return -1;
+    }
+    PyObject *l = PyList_New(14);
+    if (l)
+        for (int i = 0; i < 14; i++) PyList_SET_ITEM(l, i, Py_NewRef(v[i]));
+    attrs_clear(&a);
+    *out = l;
+    return l ? 0 : -1;
+}
+
+/* l[i], l[i + 1] = lsn >> 64, lsn & (2**64 - 1) */
+static int wr_lsn(PyObject *l, Py_ssize_t i, PyObject *lsn) {
+    if (!PyLong_CheckExact(lsn)) return FALLBACK;
+    PyObject *hi, *lo;
+    unsigned long long u = PyLong_AsUnsignedLongLong(lsn);
+    if (!(u == (unsigned long long)-1 && PyErr_Occurred())) {
+        hi = PyLong_FromLong(0);
+        lo = PyLong_FromUnsignedLongLong(u);
+    } else { /* beyond 64 bits, or negative */
+        PyErr_Clear();
+        hi = PyNumber_Rshift(lsn, s_64);
+        lo = PyNumber_And(lsn, s_mask64);
+    }
+    if (!hi || !lo) {
+        Py_XDECREF(hi);
+        Py_XDECREF(lo);
+        return -1;
+    }
+    PyList_SET_ITEM(l, i, hi);
+    PyList_SET_ITEM(l, i + 1, lo);
+    return 0;
+}
+
+/* ready._event */
+static int wr_event(PyObject *e, PyObject **out) {
+    Attrs a = {.n = 0};
+    PyObject *v[6], *l = NULL;
+    int rc;
+    if (Py_IS_TYPE(e, RecordChangedType)) {
+        if (fields(&a, e, &C_RC, v) || !(l = PyList_New(6))) {
+            rc = -1;
+            goto done;
+        }
+        PyList_SET_ITEM(l, 0, Py_NewRef(s_r));
+        PyList_SET_ITEM(l, 1, Py_NewRef(v[0]));
+        PyObject *after, *before;
+        if ((rc = wr_rec(v[1], &after))) goto done;
+        PyList_SET_ITEM(l, 2, after);
+        if ((rc = wr_rec(v[2], &before))) goto done;
+        PyList_SET_ITEM(l, 3, before);
+        rc = wr_lsn(l, 4, v[3]);
+    } else if (Py_IS_TYPE(e, CursorAdvancedType)) {
+        if (fields(&a, e, &C_CA, v) || !(l = PyList_New(8))) {
+            rc = -1;
+            goto done;
+        }
+        PyList_SET_ITEM(l, 0, Py_NewRef(s_a));
+        for (int i = 0; i < 5; i++) PyList_SET_ITEM(l, i + 1, Py_NewRef(v[i]));
+        rc = wr_lsn(l, 6, v[5]);
+    } else {
+        return FALLBACK;
+    }
+done:
+    attrs_clear(&a);
+    if (rc) {
+        Py_XDECREF(l); /* unset items are NULL: list_dealloc skips them */
+        return rc;
+    }
+    *out = l;
+    return 0;
+}
+
+static int wr_item(PyObject *it, PyObject **out) {
+    if (!Py_IS_TYPE(it, ItemType)) return FALLBACK;
+    Attrs a = {.n = 0};
+    PyObject *v[5], *l = NULL;
+    int rc = 0;
+    if (fields(&a, it, &C_ITEM, v)) {
+        rc = -1;
+        goto done;
+    }
+    if (!PyBytes_CheckExact(v[0]) || !PyList_CheckExact(v[4])) {
+        rc = FALLBACK;
+        goto done;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(v[4]);
+    if (!(l = PyList_New(4 + n))) {
+        rc = -1;
+        goto done;
+    }
+    PyObject *key = PyUnicode_DecodeUTF8(PyBytes_AS_STRING(v[0]), PyBytes_GET_SIZE(v[0]), NULL);
+    if (!key) {
+        rc = PyErr_ExceptionMatches(PyExc_UnicodeDecodeError) ? (PyErr_Clear(), FALLBACK) : -1;
+        goto done;
+    }
+    PyList_SET_ITEM(l, 0, key);
+    for (int i = 1; i < 4; i++) PyList_SET_ITEM(l, i, Py_NewRef(v[i]));
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *ev;
+        if ((rc = wr_event(PyList_GET_ITEM(v[4], i), &ev))) goto done;
+        PyList_SET_ITEM(l, 4 + i, ev);
+    }
+done:
+    attrs_clear(&a);
+    if (rc) {
+        Py_XDECREF(l);
+        return rc;
+    }
+    *out = l;
+    return 0;
+}
+
+PyDoc_STRVAR(ready_doc_doc,
+             "ready_doc(items) -> list | None\n\n"
+             "A ready batch's \"items\" array as ready.encode builds it from Items; None when "
+             "ready.py must (anything but the exact classes it writes).");
+
+static PyObject *ready_doc(PyObject *self, PyObject *items) {
+    if (!ItemType) {
+        PyErr_SetString(PyExc_RuntimeError, "_ccodec.setup_ready() was not called");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(items, "ready_doc() needs a sequence of Items");
+    if (!seq) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = PyList_New(n);
+    if (!out) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item;
+        int rc = wr_item(PySequence_Fast_GET_ITEM(seq, i), &item);
+        if (rc) {
+            Py_DECREF(out);
+            Py_DECREF(seq);
+            if (rc == -1) return NULL;
+            Py_RETURN_NONE;
+        }
+        PyList_SET_ITEM(out, i, item);
+    }
+    Py_DECREF(seq);
+    return out;
+}
+
 PyDoc_STRVAR(ready_items_doc,
              "ready_items(items) -> list[Item] | None\n\n"
              "The Items of a ready batch's decoded \"items\" array, as ready.decode builds "
@@ -1502,8 +1666,10 @@ static PyObject *setup_ready(PyObject *self, PyObject *args) {
     Py_XSETREF(RecType, (PyTypeObject *)Py_NewRef(r));
     Py_XSETREF(CursorAdvancedType, (PyTypeObject *)Py_NewRef(ca));
     if (cls_setup(&C_ITEM, ItemType) || cls_setup(&C_RC, RecordChangedType) ||
-        cls_setup(&C_REC, RecType))
+        cls_setup(&C_REC, RecType) || cls_setup(&C_CA, CursorAdvancedType))
         return NULL;
+    if (!s_64 && !(s_64 = PyLong_FromLong(64))) return NULL;
+    if (!s_mask64 && !(s_mask64 = PyLong_FromUnsignedLongLong(~0ULL))) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -1986,6 +2152,7 @@ static PyMethodDef methods[] = {
     {"encode_body", (PyCFunction)(void (*)(void))encode_body, METH_FASTCALL, encode_body_doc},
     {"decode_body", (PyCFunction)(void (*)(void))decode_body, METH_FASTCALL, decode_body_doc},
     {"ready_items", ready_items, METH_O, ready_items_doc},
+    {"ready_doc", ready_doc, METH_O, ready_doc_doc},
     {"setup_ready", setup_ready, METH_VARARGS,
      "setup_ready(Item, RecordChanged, Rec, CursorAdvanced): the ready batch's classes"},
     {"setup", setup, METH_VARARGS, "setup(Fact, DState, EntityState, Job): the core's classes"},

@@ -31,6 +31,8 @@ outcome, job_id, lsn_hi, lsn_lo]`` (:class:`CursorAdvanced`).  Positions are
 
 :func:`decode` builds the Items in C (``_ccodec.ready_items``) when it was built;
 :func:`decode_items` is its specification and reads (or rejects) whatever it leaves.
+:func:`encode` builds the ``items`` array in C (``_ccodec.ready_doc``), and
+:func:`encode_items` is its specification, for whatever C leaves.
 """
 
 from __future__ import annotations
@@ -107,14 +109,20 @@ def encode(partition: int, items: Sequence[Item], sent_ms: int | None = None) ->
                            "last": items[-1].offset}
     if sent_ms is not None:
         doc["t"] = sent_ms
-    doc["items"] = [[i.key.decode(), i.workspace, i.entity, i.offset,
-                     *(_event(e) for e in i.events)] for i in items]
+    arr = _c_doc(items) if _c_doc is not None else None
+    doc["items"] = arr if arr is not None else encode_items(items)
     try:
         return orjson.dumps(doc)
     except (TypeError, orjson.JSONEncodeError):
         # Record contents orjson cannot write (integers beyond 64 bits) go as Python
         # writes them; decode() reads both.
         return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def encode_items(items: Sequence[Item]) -> list[list[Any]]:
+    """A batch's ``items`` array: the specification of the C writer (``ready_doc``)."""
+    return [[i.key.decode(), i.workspace, i.entity, i.offset, *(_event(e) for e in i.events)]
+            for i in items]
 
 
 def decode(value: bytes, handoff: Handoff | None = None
@@ -255,9 +263,11 @@ def chunks(items: Sequence[Item], sizes: Sequence[int], *, max_items: int = 1000
         yield items[start:]
 
 
-#: The C item decoder (``wakeline/core/_ccodec.c``), unless it was not built or
-#: ``WAKELINE_PURE_CODEC=1`` switches it off.
+#: The C item decoder and writer (``wakeline/core/_ccodec.c``), unless it was not built
+#: or ``WAKELINE_PURE_CODEC=1`` switches it off.
 _c_items: Any = None
+_c_doc: Any = None
 if codec._ccodec is not None:
     codec._ccodec.setup_ready(Item, RecordChanged, Rec, CursorAdvanced)
     _c_items = codec._ccodec.ready_items
+    _c_doc = codec._ccodec.ready_doc
