@@ -2148,11 +2148,155 @@ static PyObject *setup(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ---- outcome rows (wakeline/streams/sinks.py) ----------------------------------------------
+ * copy_rows(outcomes, dumps) -> bytes | None: the COPY text of the outcomes as UTF-8, each
+ * line as sinks._Rows.line writes it (the six text fields, the detail as JSON written by
+ * ``dumps``, the instant's isoformat(), tab-separated, with COPY's four escapes and \N for
+ * None); None when sinks.py must (anything but an exact Outcome, a text field that is not a
+ * str). */
+
+static PyTypeObject *OutcomeType;
+static Cls C_OUT = {8, {"kind", "reason", "at", "workspace", "entity", "derivation", "trigger",
+                        "detail"}};
+static PyObject *s_isoformat;
+
+/* COPY text of UTF-8 bytes p[0:n] */
+static int put_escaped(W *w, const char *p, Py_ssize_t n) {
+    if (grow(w, 2 * n)) return -1;
+    unsigned char *o = w->buf + w->len;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)p[i];
+        switch (c) {
+        case '\\': *o++ = '\\'; *o++ = '\\'; break;
+        case '\t': *o++ = '\\'; *o++ = 't'; break;
+        case '\n': *o++ = '\\'; *o++ = 'n'; break;
+        case '\r': *o++ = '\\'; *o++ = 'r'; break;
+        default: *o++ = c;
+        }
+    }
+    w->len = o - w->buf;
+    return 0;
+}
+
+/* _text(s): \N for None, else the escaped str */
+static int put_text(W *w, PyObject *s) {
+    if (s == Py_None) return put_bytes(w, "\\N", 2);
+    if (!PyUnicode_Check(s)) return FALLBACK;
+    Py_ssize_t n;
+    const char *p = PyUnicode_AsUTF8AndSize(s, &n);
+    if (!p) return -1;
+    return put_escaped(w, p, n);
+}
+
+/* the detail column: "{}" when falsy, else dumps(detail) (bytes or str), escaped */
+static int put_detail(W *w, PyObject *detail, PyObject *dumps) {
+    int truth = PyObject_IsTrue(detail);
+    if (truth < 0) return -1;
+    if (!truth) return put_bytes(w, "{}", 2);
+    PyObject *j = PyObject_CallOneArg(dumps, detail);
+    if (!j) return -1;
+    int rc;
+    if (PyBytes_Check(j)) {
+        rc = put_escaped(w, PyBytes_AS_STRING(j), PyBytes_GET_SIZE(j));
+    } else if (PyUnicode_Check(j)) {
+        rc = put_text(w, j);
+    } else {
+        rc = FALLBACK;
+    }
+    Py_DECREF(j);
+    return rc;
+}
+
+PyDoc_STRVAR(copy_rows_doc,
+             "copy_rows(outcomes, dumps) -> bytes | None\n\n"
+             "The COPY text (UTF-8) of outcomes as sinks._Rows.line writes each line; None "
+             "when sinks.py must.");
+
+static PyObject *copy_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "copy_rows(outcomes, dumps)");
+        return NULL;
+    }
+    if (!OutcomeType) {
+        PyErr_SetString(PyExc_RuntimeError, "_ccodec.setup_outcomes() was not called");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(args[0], "copy_rows() needs a sequence of Outcomes");
+    if (!seq) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    W w = {0};
+    w.cap = 160 * n + 64;
+    w.buf = PyMem_Malloc(w.cap);
+    PyObject *out = NULL, *last_at = NULL, *at_text = NULL;
+    int rc = 0;
+    if (!w.buf) {
+        PyErr_NoMemory();
+        rc = -1;
+    }
+    for (Py_ssize_t i = 0; !rc && i < n; i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(seq, i), *v[8];
+        if (!Py_IS_TYPE(o, OutcomeType)) {
+            rc = FALLBACK;
+            break;
+        }
+        Attrs a = {.n = 0};
+        if (fields(&a, o, &C_OUT, v)) {
+            rc = -1;
+        } else {
+            /* the line: workspace, derivation, trigger, entity, kind, reason, detail, at */
+            PyObject *text[6] = {v[3], v[5], v[6], v[4], v[0], v[1]};
+            for (int k = 0; !rc && k < 6; k++) {
+                rc = put_text(&w, text[k]);
+                if (!rc) rc = put(&w, '\t');
+            }
+            if (!rc) rc = put_detail(&w, v[7], args[1]);
+            if (!rc) rc = put(&w, '\t');
+            if (!rc && v[2] != last_at) {
+                PyObject *t = PyObject_CallMethodNoArgs(v[2], s_isoformat);
+                if (!t) {
+                    rc = -1;
+                } else if (!PyUnicode_Check(t)) {
+                    Py_DECREF(t);
+                    rc = FALLBACK;
+                } else {
+                    Py_XSETREF(at_text, t);
+                    Py_XSETREF(last_at, Py_NewRef(v[2]));
+                }
+            }
+            if (!rc) rc = put_text(&w, at_text);
+            if (!rc) rc = put(&w, '\n');
+        }
+        attrs_clear(&a);
+    }
+    if (rc == 0) {
+        out = PyBytes_FromStringAndSize((const char *)w.buf, w.len);
+    } else if (rc == FALLBACK) {
+        out = Py_NewRef(Py_None);
+    }
+    Py_XDECREF(last_at);
+    Py_XDECREF(at_text);
+    PyMem_Free(w.buf);
+    Py_DECREF(seq);
+    return out;
+}
+
+static PyObject *setup_outcomes(PyObject *self, PyObject *cls) {
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "setup_outcomes(Outcome)");
+        return NULL;
+    }
+    Py_XSETREF(OutcomeType, (PyTypeObject *)Py_NewRef(cls));
+    if (cls_setup(&C_OUT, OutcomeType)) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"encode_body", (PyCFunction)(void (*)(void))encode_body, METH_FASTCALL, encode_body_doc},
     {"decode_body", (PyCFunction)(void (*)(void))decode_body, METH_FASTCALL, decode_body_doc},
     {"ready_items", ready_items, METH_O, ready_items_doc},
     {"ready_doc", ready_doc, METH_O, ready_doc_doc},
+    {"copy_rows", (PyCFunction)(void (*)(void))copy_rows, METH_FASTCALL, copy_rows_doc},
+    {"setup_outcomes", setup_outcomes, METH_O, "setup_outcomes(Outcome): the outcome class"},
     {"setup_ready", setup_ready, METH_VARARGS,
      "setup_ready(Item, RecordChanged, Rec, CursorAdvanced): the ready batch's classes"},
     {"setup", setup, METH_VARARGS, "setup(Fact, DState, EntityState, Job): the core's classes"},
@@ -2180,5 +2324,6 @@ PyMODINIT_FUNC PyInit__ccodec(void) {
     INTERN(s_to_bytes, "to_bytes");
     INTERN(s_little, "little");
     INTERN(s_bit_length, "bit_length");
+    INTERN(s_isoformat, "isoformat");
     return PyModule_Create(&module);
 }
