@@ -69,8 +69,11 @@ if not os.environ.get("WAKELINE_PURE_CODEC"):
 
 V1 = 0x01
 V1_DEFLATED = 0x02
-#: bodies longer than this are deflated when that makes them shorter
-DEFLATE_OVER = 256
+#: bodies longer than this are deflated when that makes them shorter.  zlib costs ~15 us
+#: per call here whatever the level, window or size (10 B to 1 KB alike), so small bodies
+#: are not worth it: at 256 the deflate was 3.5 % of a conditions worker's busy samples
+#: (py-spy, bench/stream_throughput.py), to save ~70 B on the ~3 % of states of 256-400 B.
+DEFLATE_OVER = 1024
 
 # -- value tags ----------------------------------------------------------------------------
 # 0x00-0x3f small int 0..63        0x40-0x5f new string, 0..31 UTF-8 bytes

@@ -162,7 +162,7 @@ def test_a_job_that_is_not_a_job_is_the_python_writers_error():
 
 
 def test_deflated_states_are_unchanged_and_decode():
-    big = EntityState("w", "e", unready={i: [1784451600.0 + i, (0, 1)] for i in range(60)})
+    big = EntityState("w", "e", unready={i: [1784451600.0 + i, (0, 1)] for i in range(200)})
     data = encode_state(big)
     assert data[0] == codec.V1_DEFLATED
     assert decode_state(data, "w", "e") == big
