@@ -201,7 +201,7 @@ class OutcomeWriter:
 
 def copy_text(rows: _Rows, items: list[Outcome]) -> bytes:
     """The COPY text of ``items``: written in C (``_ccodec.copy_rows``, ~5x faster) when
-    it was built, else by ``rows``; the same bytes (tests/unit/test_outcome_rows_c.py)."""
+    it was built, else by ``rows``; the same bytes (tests/unit/test_outcome_sink.py)."""
     data = _c_rows(items, _dumps) if _c_rows is not None else None
     if data is None:
         data = "".join([rows.line(o) for o in items]).encode("utf-8")
@@ -225,4 +225,3 @@ _c_rows: Any = None
 if codec._ccodec is not None:
     codec._ccodec.setup_outcomes(Outcome)
     _c_rows = codec._ccodec.copy_rows
-

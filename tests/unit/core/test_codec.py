@@ -105,14 +105,25 @@ def test_empty_state():
     assert_round_trips(st_)
 
 
-def test_large_states_are_deflated_and_round_trip():
+def _with_facts(n: int) -> EntityState:
     facts = {s: Fact(s, "main", None, False, True, "", True, 1784451600.0 + s / 7,
                      1784451600.0 + s / 7, (0, 1, 3), {1: float(s % 30)})
-             for s in range(100, 300)}
-    big = EntityState("default", "user:a", facts=facts, ds={"w": DState(total=200)}, last_lsn=300)
-    data = assert_round_trips(big)
+             for s in range(100, 100 + n)}
+    return EntityState("default", "user:a", facts=facts, ds={"w": DState(total=n)},
+                       last_lsn=100 + n)
+
+
+def test_large_states_are_deflated_and_round_trip():
+    data = assert_round_trips(_with_facts(200))
     assert data[0] == codec.V1_DEFLATED
     assert len(data) > codec.DEFLATE_OVER / 2
+
+
+def test_states_up_to_the_threshold_are_stored_plain():
+    """zlib's fixed cost (~15 us a call) is not paid for a few hundred bytes."""
+    data = assert_round_trips(_with_facts(30))
+    assert 256 < len(data) <= codec.DEFLATE_OVER
+    assert data[0] == codec.V1
 
 
 @pytest.mark.parametrize("data", [b"", b"\x07abc", bytes([codec.V1]), bytes([codec.V1, 1, 5]),
@@ -305,13 +316,3 @@ def test_the_api_state_view_decodes_both_forms():
     assert found is not None and found[1:3] == ("w", "queued")
     assert view.find_job("default/w/user:mia/2")[2] == "queued"
 
-
-def test_states_up_to_the_threshold_are_stored_plain():
-    """zlib's fixed cost (~15 us a call) is not paid for a few hundred bytes."""
-    facts = {s: Fact(s, "main", None, False, True, "", True, 1784451600.0 + s / 7,
-                     1784451600.0 + s / 7, (0, 1, 3), {1: float(s % 30)})
-             for s in range(100, 130)}
-    mid = EntityState("default", "user:a", facts=facts, ds={"w": DState(total=30)}, last_lsn=130)
-    data = assert_round_trips(mid)
-    assert 256 < len(data) <= codec.DEFLATE_OVER
-    assert data[0] == codec.V1
