@@ -6,7 +6,7 @@ keyed profile rewrites, contradiction relations) in random entity order, runs
 completing now and then (cursor advances).  Reference, measured in the same run:
 the same stream through a bare loop that decodes each record and updates one
 dict per entity (the floor of per-event Python work in this process).  The cyclic
-GC is tuned as in a worker process (``streams.worker.tune_gc``); with CPython's
+GC is tuned as in a worker process (``streams.gcpolicy.tune_gc``); with CPython's
 default thresholds, collections rescanning the 100k held states cost ~20 %.
 
     python bench/core_throughput.py [--entities 100000] [--records 200000] [--tiny]
@@ -32,7 +32,7 @@ from wakeline.core.engine import Engine  # noqa: E402
 from wakeline.core.events import CursorAdvanced, RecordChanged  # noqa: E402
 from wakeline.core.plan import Rec  # noqa: E402
 from wakeline.core.state import EntityState  # noqa: E402
-from wakeline.streams.worker import tune_gc  # noqa: E402
+from wakeline.streams.gcpolicy import tune_gc  # noqa: E402
 
 
 def workload(entities: int, records: int, seed: int = 7) -> list[tuple[str, bytes]]:
