@@ -43,6 +43,7 @@ from wakeline.core.state import EntityState
 from wakeline.derive import DeriveExecutor, JobSpec, RunResult
 from wakeline.streams import ready, stimuli
 from wakeline.streams.cron import CronScheduler
+from wakeline.streams.delivery import Delivery, hold_commits
 from wakeline.streams.gcpolicy import GC_SPENT, collect_between_batches
 from wakeline.streams.guard import (
     OffsetGuard,
@@ -145,6 +146,8 @@ class Runtime:
             group=f"{self.group_id}-restore", meta=self.wakeup_and_running)
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="conditions-db")
         self._io = ThreadPoolExecutor(max_workers=4, thread_name_prefix="conditions-io")
+        #: the conditions agent's jobs and states (streams/delivery.py)
+        self.delivery = Delivery(lambda: self.producer, self._io)
 
     # -- resources --------------------------------------------------------------------
 
@@ -302,8 +305,10 @@ def build_app(rt: Runtime) -> faust.App:
         async def conditions(stream: faust.StreamT) -> None:
             # Batches of up to batch_max messages (each ready message holds many
             # changes), or what arrived within batch_wait seconds; Faust acks a batch
-            # after it was handled, and it is handled once its jobs and states were
-            # acknowledged by the broker and its outcomes handed to the writer.
+            # after it was handled, and it is handled once its jobs were acknowledged
+            # by the broker, its states handed to the producer and its outcomes to the
+            # writer.  Faust's offset commits wait for the states (streams/delivery.py).
+            hold_commits(app.consumer, rt.delivery)
             async for events in stream.take_events(rt.batch_max, within=rt.batch_wait):
                 batch = await admit_batch(app, guards["conditions"], events)
                 if batch:
@@ -537,8 +542,10 @@ def event_times(app: Any, rt: Runtime, guard: Any, ready_name: str, now: float
 
 async def _handle_batch(app: Any, rt: Runtime, events: list[Any]) -> None:
     """Apply a batch of messages: each entity's events in order, its state read once
-    and written (changelogged) once per batch; jobs, then states, acknowledged by
-    the broker before the batch is acked; outcomes handed over in one batch.
+    and written (changelogged) once per batch; its jobs acknowledged by the broker
+    and its states produced before the batch is acked (streams/delivery.py: the
+    offsets are committed once the states are acknowledged too); outcomes handed
+    over in one batch.
     Entities are independent, so grouping by entity keeps every order that matters."""
     topics = rt.topology.topics
     ready_name = topics.ready.name
@@ -650,7 +657,8 @@ async def _handle_batch(app: Any, rt: Runtime, events: list[Any]) -> None:
             job = JobSpec(d.job_id, d.workspace, d.derivation, d.entity, tuple(d.reasons),
                           d.run_after, 1, tuple(d.dedupe))
             jobs.append((key, job.to_json()))
-    await _deliver(rt, loop, jobs)
+    n = await rt.delivery.deliver(jobs, topics.derive.name, rt.store.flush, rt.store.written)
+    c.state_writes += n
     if outcomes:
         rt.outcomes.put(outcomes)
 
@@ -664,65 +672,6 @@ def _seen(rt: Runtime, stamps: dict[int, float], sent: dict[int, float]) -> None
     for p, t in sent.items():
         rt.read_at[p] = real
         rt.behind[p] = max(0.0, real - t)
-
-
-async def _deliver(rt: Runtime, loop: asyncio.AbstractEventLoop,
-                   jobs: list[tuple[bytes, bytes]]) -> None:
-    """Jobs, then the batch's states, each acknowledged by the broker.  In that order:
-    a crash between the two leaves states that never saw their jobs, so the replayed
-    events dispatch them again (a duplicate run finds nothing new), where the other
-    order could leave a state waiting for a job that was never sent."""
-    producer = rt.producer
-    failed: list[Any] = []
-
-    def delivered(err: Any, _msg: Any) -> None:
-        if err is not None:
-            failed.append(err)
-
-    derive_name = rt.topology.topics.derive.name
-    for key, value in jobs:
-        _produce(producer, derive_name, value, key, None, delivered)
-    if jobs:
-        await _flush(producer, loop, rt, failed)
-
-    store = rt.store
-
-    def state_delivered(err: Any, msg: Any) -> None:
-        if err is not None:
-            failed.append(err)
-        else:
-            store.written(msg.partition(), msg.offset())
-
-    def produce_state(topic: str, key: bytes, partition: int, value: bytes) -> None:
-        _produce(producer, topic, value, key, partition, state_delivered)
-
-    n = rt.store.flush(produce_state)
-    if n:
-        rt.counters.state_writes += n
-        await _flush(producer, loop, rt, failed)
-
-
-def _produce(producer: Any, topic: str, value: bytes, key: bytes | None,
-             partition: int | None, on_delivery: Any) -> None:
-    while True:
-        try:
-            if partition is None:
-                producer.produce(topic, value, key, on_delivery=on_delivery)
-            else:
-                producer.produce(topic, value, key, partition=partition,
-                                 on_delivery=on_delivery)
-            return
-        except BufferError:  # the local queue is full: let it drain
-            producer.poll(0.05)
-
-
-async def _flush(producer: Any, loop: asyncio.AbstractEventLoop, rt: Runtime,
-                 failed: list[Any]) -> None:
-    left = await loop.run_in_executor(rt._io, producer.flush, 60.0)
-    if left or failed:
-        raise RuntimeError(f"the broker did not take {left} message(s)"
-                           + (f": {failed[0]}" if failed else "")
-                           + "; the batch is not acked and comes again")
 
 
 async def _restore_slots(rt: Runtime, st: EntityState, slots: list[tuple[str, str, int]]
