@@ -1,0 +1,115 @@
+"""The hot path's modules compiled by Cython (wakeline/_compiled.py, setup.py): built
+where CI runs, never imported when older than their source, and the same answers
+as their source."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from wakeline import _compiled
+from wakeline._compiled import MODULES, FreshSource, source_digest
+
+ROOT = Path(__file__).resolve().parents[2]
+SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
+
+
+def tree(tmp_path: Path, built: bool, name: str = "core") -> Path:
+    pkg = tmp_path / name
+    pkg.mkdir()
+    (pkg / "engine.py").write_text("X = 1\n")
+    if built:
+        (pkg / f"engine{SUFFIX}").write_bytes(b"\x7fELF not loaded by this test")
+    return pkg
+
+
+def test_a_build_of_this_very_source_is_left_to_the_default_finder(tmp_path):
+    pkg = tree(tmp_path, built=True)
+    finder = FreshSource({"wakeline.core.engine": source_digest(pkg / "engine.py")})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert finder.find_spec("wakeline.core.engine", [str(pkg)]) is None
+    assert finder.stale == []
+
+
+def test_a_build_of_another_source_is_skipped_with_a_warning_naming_the_fix(tmp_path):
+    pkg = tree(tmp_path, built=True)
+    finder = FreshSource({"wakeline.core.engine": source_digest(pkg / "engine.py")})
+    (pkg / "engine.py").write_text("X = 2\n")  # edited after the build
+    with pytest.warns(RuntimeWarning, match=r"built from another version.*make install"):
+        spec = finder.find_spec("wakeline.core.engine", [str(pkg)])
+    assert spec is not None and spec.origin == str(pkg / "engine.py")
+    assert finder.stale == ["wakeline.core.engine"]
+    # never built (no digest recorded) counts as another version
+    with pytest.warns(RuntimeWarning):
+        assert FreshSource({}).find_spec("wakeline.core.engine", [str(pkg)]) is not None
+
+
+def test_pure_imports_the_source_and_unlisted_or_unbuilt_modules_are_untouched(tmp_path):
+    pkg = tree(tmp_path, built=True)
+    digest = {"wakeline.core.engine": source_digest(pkg / "engine.py")}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        spec = FreshSource(digest, pure=True).find_spec("wakeline.core.engine", [str(pkg)])
+    assert spec is not None and spec.origin == str(pkg / "engine.py")
+    assert FreshSource({}).find_spec("wakeline.core.other", [str(pkg)]) is None
+    unbuilt = tree(tmp_path, built=False, name="unbuilt")
+    assert FreshSource({}).find_spec("wakeline.core.engine", [str(unbuilt)]) is None
+
+
+def test_install_puts_one_finder_first():
+    finder = _compiled.install()
+    assert _compiled.install() is finder
+    assert sum(isinstance(f, FreshSource) for f in sys.meta_path) == 1
+    assert sys.meta_path.index(finder) < next(
+        i for i, f in enumerate(sys.meta_path) if f is importlib.machinery.PathFinder)
+
+
+def test_every_listed_module_is_compiled_where_ci_runs_and_none_is_stale():
+    if not os.environ.get("CI") and not _compiled.SOURCES_FILE.exists():
+        pytest.skip("not built here (no Cython at install time)")
+    mods = {name: importlib.import_module(name) for name in MODULES}
+    finder = _compiled.install()
+    assert finder.stale == [], f"stale builds: {finder.stale}; run `make install`"
+    if os.environ.get("WAKELINE_PURE") != "1":
+        assert [n for n, m in mods.items() if not _compiled.compiled(m)] == []
+
+
+SCRIPT = r"""
+import hashlib, json, sys, tempfile
+from pathlib import Path
+sys.path.insert(0, "bench")
+import core_throughput as ct
+from wakeline import _compiled
+from wakeline.core import codec, engine
+with tempfile.TemporaryDirectory() as tmp:
+    _, jobs, states = ct.run_core(ct.workload(300, 4000), ct.write_catalog(Path(tmp)))
+h = hashlib.sha256()
+for key in sorted(states):
+    h.update(key.encode()); h.update(codec.encode_state(states[key]))
+print(json.dumps({"jobs": jobs, "states": h.hexdigest(),
+                  "compiled": _compiled.compiled(engine)}))
+"""
+
+
+def test_compiled_and_source_give_the_same_jobs_and_states():
+    def run(pure: bool) -> dict:
+        env = {**os.environ, "WAKELINE_PURE": "1" if pure else "0"}
+        out = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, check=True,
+                             capture_output=True, text=True, timeout=300)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    source, built = run(True), run(False)
+    assert source["compiled"] is False
+    if os.environ.get("CI"):
+        assert built["compiled"] is True
+    assert source["jobs"] > 0
+    assert (source["jobs"], source["states"]) == (built["jobs"], built["states"])
