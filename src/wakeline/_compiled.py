@@ -32,7 +32,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-#: compiled when Cython is at hand: the conditions worker's hot path
+#: compiled when Cython is at hand: the conditions worker's hot path (the readiness
+#: stage, the agent's batch, the core, the states, the outcome rows)
 MODULES = (
     "wakeline.cdc._json",
     "wakeline.cdc.envelope",
@@ -44,6 +45,8 @@ MODULES = (
     "wakeline.core.outcomes",
     "wakeline.core.plan",
     "wakeline.core.state",
+    "wakeline.streams.batch",
+    "wakeline.streams.delivery",
     "wakeline.streams.readiness",
     "wakeline.streams.ready",
     "wakeline.streams.sinks",

@@ -7,7 +7,7 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
-from wakeline.streams.app import IDLE_S, LAG_MAX, LAG_MIN, event_times
+from wakeline.streams.batch import IDLE_S, LAG_MAX, LAG_MIN, event_times
 
 
 class _TP:

@@ -18,11 +18,12 @@ from typing import Any
 import faust
 
 from wakeline.cdc.relay import Relay
-from wakeline.streams.app import Runtime, build_app, trace
+from wakeline.streams.app import Runtime, build_app
 from wakeline.streams.derive_agent import DeriveConsumer
 from wakeline.streams.gcpolicy import tune_gc
 from wakeline.streams.pauses import PauseSync
 from wakeline.streams.readiness import ReadinessConsumer
+from wakeline.streams.tracing import trace
 
 log = logging.getLogger("wakeline.worker")
 
