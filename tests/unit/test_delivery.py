@@ -189,3 +189,17 @@ def test_commits_wait_for_the_states_in_flight_and_stop_after_a_refusal():
             assert consumer.commits == [{"ready-0": 10}]
 
     run(main())
+
+
+def test_faust_commits_through_the_method_hold_commits_wraps():
+    """hold_commits relies on Faust's consumer reading the acked offsets in
+    ``_commit_tps``, called by ``force_commit``: a Faust version that commits another
+    way would leave the states unguarded, so this fails first."""
+    import inspect
+
+    from faust.transport.consumer import Consumer
+
+    assert inspect.iscoroutinefunction(Consumer._commit_tps)
+    assert "self._commit_tps(" in inspect.getsource(Consumer.force_commit)
+    body = inspect.getsource(Consumer._commit_tps)
+    assert body.index("_filter_committable_offsets") < body.index("await")
