@@ -132,6 +132,9 @@ def run_workers(stack: Stack, expect: int, workers: int = 1, layout: str = "one"
         time.sleep(2.0)
     last: list[dict[str, Any]] = [{} for _ in ws]
     idx = [0] * len(ws)
+    fidx = [0]
+    #: when the readiness process (split layout) had forwarded every change
+    fed_at: list[float | None] = [None]
 
     ends = stack.end_offsets(stack.topic("changes"))
 
@@ -146,6 +149,14 @@ def run_workers(stack: Stack, expect: int, workers: int = 1, layout: str = "one"
                     last[i] = json.loads(line.split(" ", 1)[1])
             if w.proc.poll() is not None:
                 raise RuntimeError("worker exited:\n" + w.failure())
+        if feeder is not None:
+            lines = feeder.lines[fidx[0]:]
+            fidx[0] += len(lines)
+            for line in lines:
+                if line.startswith("wakeline-stats "):
+                    fed = (json.loads(line.split(" ", 1)[1]).get("readiness") or {})
+                    if fed_at[0] is None and fed.get("forwarded", 0) >= expect:
+                        fed_at[0] = time.monotonic()
         if workers == 1 or layout == "split":  # no rebalance while measuring: no replays
             return sum(x.get("events", 0) for x in last)
         done = stack.committed(stack.app_id + "-readiness", stack.topic("changes"))
@@ -210,6 +221,7 @@ def run_workers(stack: Stack, expect: int, workers: int = 1, layout: str = "one"
             "us_per_record": 1e6 * cpu / measured,
             "readiness_us_per_record": 1e6 * feeder_cpu / measured,
             "by_outcome": by_outcome, "early": early,
+            "fed_s": None if fed_at[0] is None else fed_at[0] - t0,
             # the workers' cyclic-GC collections and seconds over the window, per generation
             # (streams.gcpolicy.GC_SPENT)
             "gc": [[sum((x.get("gc") or {}).get(k, [0, 0, 0])[g] for x in last)
@@ -329,6 +341,9 @@ def main() -> int:
                   + (f"; readiness process {w['readiness_cpu_pct']:.0f}%, "
                      f"{w['readiness_us_per_record']:.0f} us/record" if w["layout"] == "split"
                      else "") + f"; peak RSS {w['rss_mb']:.0f} MiB)")
+            if w.get("fed_s") is not None:
+                print(f"    the readiness process had forwarded every change at "
+                      f"{w['fed_s']:.1f} s of the {w['seconds']:.1f} s window")
             (n0, n1, n2), (s0, s1, s2) = w["gc"]
             if s0 + s1 + s2:
                 gc_s = s0 + s1 + s2

@@ -1,5 +1,6 @@
 """Roles split over processes: every change partition is enriched once and evaluated
-once, whichever worker runs which role (Apache Kafka 4.x, the relay).
+once, whichever worker runs which role (Apache Kafka 4.x, the relay); workers without an
+agent role do not join the conditions agents' group.
 
 The bug this pins: the readiness agent was a Faust agent in the conditions agent's
 consumer group, so a readiness-only worker took half of the change topic's
@@ -34,9 +35,11 @@ def test_readiness_only_and_conditions_only_workers_cover_every_partition(
     st = make_stack(pg_server, tmp_path, kafka_broker.bootstrap, root, partitions=4)
     try:
         cond = st.worker("conditions", "derive", relay=True)
-        ready = st.worker("readiness")
         cond.wait_for("conditions ready", timeout=90)
+        ready = st.worker("readiness")
+        derive = st.worker("derive")
         ready.wait_for("readiness ready", timeout=90)
+        derive.wait_for("derive ready", timeout=90)
         entities = [f"user:{i:03d}" for i in range(ENTITIES)]
         t_write = time.time()
         seqs = [st.write(e, type="chat", content={"i": i}, ready=False)
@@ -60,6 +63,14 @@ def test_readiness_only_and_conditions_only_workers_cover_every_partition(
                                   load_topology(st.topology).topics.ready.name)
         assert sent and all(t is not None and t_write - 5 <= t <= time.time() for t in sent), \
             (t_write, sent)
+        # Workers without an agent role run no Faust app, so their starts and stops never
+        # rebalance the conditions agents' group (each rebalance pauses the agents).
+        for w in (ready, derive):
+            w.stop()
+            assert w.proc.returncode == 0, "\n".join(w.lines[-30:])
+        time.sleep(2.0)
+        rebalances = [line for line in cond.lines if "rebalance complete" in line]
+        assert len(rebalances) == 1, "\n".join(cond.lines[-40:])
     finally:
         st.stop()
         st.store.close()

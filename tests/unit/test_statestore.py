@@ -40,7 +40,7 @@ def test_reload_then_writes_then_a_kept_partition_reads_on_from_its_end(monkeypa
     st_a = EntityState("w", "a")
     st_a.last_lsn = 5
     old = {a: frame(encode_state(st_a), 100.0, True), b: encode_state(EntityState("w", "b"))}
-    store = _store({(0, None): (old, 2), (0, 3): ({b: frame(b"\x01\x00", None, False)}, 4)},
+    store = _store({(0, None): (old, 2), (0, 3): ({b: frame(b"\x01\x00", 50.0, True)}, 4)},
                    monkeypatch)
 
     async def run() -> None:
@@ -52,17 +52,20 @@ def test_reload_then_writes_then_a_kept_partition_reads_on_from_its_end(monkeypa
         got = store.get(0, a, "w", "a")
         assert got.last_lsn == 5
         got.last_lsn = 9
-        store.put(0, a, got, None, False)
+        store.put(0, a, got, 7.0, True)
         sent = []
         assert store.flush(lambda *m: sent.append(m)) == 1
         assert sent[0][:3] == ("t", b'"w\\u001fa"', 0)
-        assert unframe(store.parts[0][a])[1:] == (None, False)
+        assert unframe(store.parts[0][a])[1:] == (7.0, True)
         store.written(0, 2)  # the broker took it at offset 2
         # a rebalance keeps partition 0: read on from offset 3, what others wrote wins
         assert store.keep_only({0}) == set()
         r = await store.loading(0, loop)
         assert store.reads == [(0, None), (0, 3)]
-        assert store.parts[0][b] == frame(b"\x01\x00", None, False)
+        assert store.parts[0][b] == frame(b"\x01\x00", 50.0, True)
+        # only what was read on needs a timer or a resync: `a`, kept, has its timer
+        # and its run in flight is this worker's own
+        assert (r.entities, r.wakeups, r.running) == (2, [(b, 50.0)], [b])
         assert store.get(0, a, "w", "a").last_lsn == 9
         assert store.end[0] == 4
         # revoked: forgotten, and a write still pending for it is not sent

@@ -61,6 +61,8 @@ from wakeline.topology import Topology
 log = logging.getLogger("wakeline.streams")
 
 ROLES = ("readiness", "conditions", "derive", "cron")
+#: the roles that run Faust agents in the app's consumer group
+AGENT_ROLES = frozenset({"conditions", "cron"})
 
 
 @dataclass
@@ -186,6 +188,24 @@ class Runtime:
                 "linger.ms": 1, "client.id": "wakeline-conditions"}))
         return self._producer
 
+    def print_stats(self) -> None:
+        """The ``wakeline-stats {json}`` line of the counters."""
+        c, r, d, h = self.counters, self.readiness, self.derive, self.handoff
+        print("wakeline-stats", json.dumps({
+            "events": c.events, "batches": c.batches, "dispatched": c.dispatched,
+            "runs": c.runs, "ticks": c.ticks, "dead_letters": c.dead_letters,
+            "duplicates": c.duplicates, "replayed": c.replayed,
+            "state_writes": c.state_writes, "entities": len(self.store),
+            "readiness": None if r is None else {
+                "consumed": r.consumed, "forwarded": r.forwarded, "batches": r.batches,
+                "enriched": r.enriched, "dead_letters": r.dead_letters},
+            "handoff": None if h is None else {
+                "kept": h.kept, "taken": h.taken, "dropped": h.dropped, "full": h.full},
+            "derive": None if d is None else {
+                "consumed": d.consumed, "batches": d.batches, "runs": d.runs,
+                "dead_letters": d.dead_letters},
+            "gc": GC_SPENT, "by_outcome": c.by_outcome}), flush=True)
+
     def wakeup_and_running(self, st: EntityState) -> tuple[float | None, bool]:
         """What the state changelog carries ahead of a state (streams/statestore.py)."""
         return (self.engine.next_wakeup(st),
@@ -265,23 +285,7 @@ def build_app(rt: Runtime) -> faust.App:
 
         @app.timer(interval=rt.stats_interval, name="stats")
         async def stats() -> None:
-            c = rt.counters
-            r, d = rt.readiness, rt.derive
-            print("wakeline-stats", json.dumps({
-                "events": c.events, "batches": c.batches, "dispatched": c.dispatched,
-                "runs": c.runs, "ticks": c.ticks, "dead_letters": c.dead_letters,
-                "duplicates": c.duplicates, "replayed": c.replayed,
-                "state_writes": c.state_writes, "entities": len(rt.store),
-                "readiness": None if r is None else {
-                    "consumed": r.consumed, "forwarded": r.forwarded, "batches": r.batches,
-                    "enriched": r.enriched, "dead_letters": r.dead_letters},
-                "handoff": None if rt.handoff is None else {
-                    "kept": rt.handoff.kept, "taken": rt.handoff.taken,
-                    "dropped": rt.handoff.dropped, "full": rt.handoff.full},
-                "derive": None if d is None else {
-                    "consumed": d.consumed, "batches": d.batches, "runs": d.runs,
-                    "dead_letters": d.dead_letters},
-                "gc": GC_SPENT, "by_outcome": c.by_outcome}), flush=True)
+            rt.print_stats()
 
     @app.on_partitions_revoked.connect
     async def forget_offsets(sender: Any, revoked: Any, **kw: Any) -> None:

@@ -162,6 +162,7 @@ class EntityStore:
         data, messages, seconds, end = await loop.run_in_executor(
             executor, read_partition, self.bootstrap, self.topic, partition, self.group,
             start)
+        read = data
         if kept is not None and start is not None:
             # Read on from what this worker knew: what others wrote since replaces it.
             if data:
@@ -169,9 +170,13 @@ class EntityStore:
                                          if k not in data)
             kept.update(data)
             data = kept
+        # Only the states just read need a timer or a resync: those this worker kept
+        # through a rebalance have their timers, and their runs' ends reach it in order.
+        # (A resync for every entity with a run in flight, after each rebalance that kept
+        # its partitions, was thousands of PostgreSQL queries.)
         wakeups: list[tuple[str, float]] = []
         running: list[str] = []
-        for skey, value in data.items():
+        for skey, value in read.items():
             _, wakeup, run = unframe(value)
             if run is None:  # an older worker's value: ask the state
                 from wakeline.streams.keys import split_state_key

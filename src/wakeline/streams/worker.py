@@ -11,6 +11,7 @@ consumer (derive topic -> PostgreSQL) in ``<app id>-derive``.
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import faust
 
 from wakeline.cdc.relay import Relay
-from wakeline.streams.app import Runtime, build_app
+from wakeline.streams.app import AGENT_ROLES, Runtime, build_app
 from wakeline.streams.derive_agent import DeriveConsumer
 from wakeline.streams.gcpolicy import tune_gc
 from wakeline.streams.pauses import PauseSync
@@ -87,8 +88,16 @@ def start_derive(rt: Runtime, stop: threading.Event) -> DeriveConsumer:
 
 def run_worker(rt: Runtime, *, relay: bool = False, loglevel: str = "warn",
                on_started: Callable[[faust.App], Any] | None = None) -> None:
+    """Run the worker's roles until SIGINT or SIGTERM.
+
+    Only a worker with an agent role (conditions, cron) starts Faust.  A Faust app
+    joins the app id's consumer group even without an agent (every app subscribes to
+    its leader-election topic), so a readiness- or derive-only worker under Faust
+    rebalanced every conditions worker each time it started or stopped.  Those roles
+    are confluent-kafka consumers in groups of their own, run here as threads."""
     ensure_topics(rt)
-    app = build_app(rt)
+    agents = bool(AGENT_ROLES & set(rt.roles))
+    app = build_app(rt) if agents else None
     tune_gc(rt.roles)
     stop = threading.Event()
     relay_parts = start_relay(rt, stop) if relay else None
@@ -96,17 +105,11 @@ def run_worker(rt: Runtime, *, relay: bool = False, loglevel: str = "warn",
     pause_sync = PauseSync(rt, stop).start() if "conditions" in rt.roles else None
     readiness = start_readiness(rt, stop) if "readiness" in rt.roles else None
     derive = start_derive(rt, stop) if "derive" in rt.roles else None
-    if on_started is not None:
-        @app.task
-        async def _started() -> None:
-            on_started(app)
-    worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
-    # Faust's terminal spinner sets the root logger to DEBUG (its handler spins on every
-    # record), so every debug call of Faust and aiokafka built a LogRecord: about 8% of
-    # the conditions worker's CPU (py-spy, bench/stream_throughput.py).
-    worker.spinner = None
     try:
-        worker.execute_from_commandline()
+        if app is None:
+            _run_threads(rt, stop, loglevel)
+        else:
+            _run_faust(app, loglevel, on_started)
     finally:
         stop.set()
         if pause_sync is not None:
@@ -119,3 +122,34 @@ def run_worker(rt: Runtime, *, relay: bool = False, loglevel: str = "warn",
             relay_parts[1].join(10)
             relay_parts[0].close()
         rt.close()
+
+
+def _run_faust(app: faust.App, loglevel: str,
+               on_started: Callable[[faust.App], Any] | None) -> None:
+    if on_started is not None:
+        @app.task
+        async def _started() -> None:
+            on_started(app)
+    worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    # Faust's terminal spinner sets the root logger to DEBUG (its handler spins on every
+    # record), so every debug call of Faust and aiokafka built a LogRecord: about 8% of
+    # the conditions worker's CPU (py-spy, bench/stream_throughput.py).
+    worker.spinner = None
+    worker.execute_from_commandline()
+
+
+def _run_threads(rt: Runtime, stop: threading.Event, loglevel: str) -> None:
+    """The main thread of a worker without agents: wait for SIGINT or SIGTERM, printing
+    the counters every ``rt.stats_interval`` seconds when asked to."""
+    logging.basicConfig(level=loglevel.upper(),
+                        format="[%(asctime)s] [%(process)d] [%(levelname)s] %(message)s")
+
+    def stopping(signum: int, _frame: Any) -> None:
+        log.info("worker: signal %d, stopping", signum)
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, stopping)
+    while not stop.wait(rt.stats_interval or 1.0):
+        if rt.stats_interval:
+            rt.print_stats()
