@@ -95,8 +95,11 @@ def run_worker(rt: Runtime, *, relay: bool = False, loglevel: str = "warn",
     its leader-election topic), so a readiness- or derive-only worker under Faust
     rebalanced every conditions worker each time it started or stopped.  Those roles
     are confluent-kafka consumers in groups of their own, run here as threads."""
-    ensure_topics(rt)
     agents = bool(AGENT_ROLES & set(rt.roles))
+    if on_started is not None and not agents:
+        raise ValueError("on_started is called with the Faust app, which only a worker "
+                         f"with the conditions or cron role runs (roles: {rt.roles})")
+    ensure_topics(rt)
     app = build_app(rt) if agents else None
     tune_gc(rt.roles)
     stop = threading.Event()
