@@ -5,7 +5,9 @@ processes the dead worker's partitions, and how fast it reloads their state.
 the changes topic first (records that fire no trigger: no derive worker runs in
 this benchmark, and a dispatched job would stay ``running`` in the entity's state,
 so every recovery would resync it through PostgreSQL; without jobs the figures are
-the group's failover and the state reload alone).  Two worker processes with
+the group's failover and the state reload alone; ``--in-flight K`` makes the first K
+records fire one, so each takeover also resyncs the gained entities with a job in
+flight).  Two worker processes with
 the ``readiness`` and ``conditions`` roles consume it.  Once both are ready and every record was
 processed (the ``wakeline-stats`` events of both sum to at least N and stopped
 growing), a prober sends, every ``--probe-interval`` s, one ``tick`` stimulus with a
@@ -111,11 +113,17 @@ def entity(i: int) -> str:
     return f"user:{i:07d}"
 
 
-def rows(entities: int, seed: int = 11) -> list[dict[str, Any]]:
+def rows(entities: int, seed: int = 11, in_flight: int = 0) -> list[dict[str, Any]]:
+    """One record per entity; the first ``in_flight`` entities' records fire ``urgent``
+    (no derive worker runs, so each such job stays in flight, and a worker taking over
+    the entity resyncs it through PostgreSQL)."""
     rnd = random.Random(seed)
-    return [{"entity": entity(i), "collection": "main", "type": "chat",
-             "content": {"priority": rnd.randint(0, 7), "tags": rnd.sample(["x", "y", "z"], 2)},
-             "scores": {"importance": rnd.randint(0, 30)}} for i in range(entities)]
+    out = [{"entity": entity(i), "collection": "main", "type": "chat",
+            "content": {"priority": rnd.randint(0, 7), "tags": rnd.sample(["x", "y", "z"], 2)},
+            "scores": {"importance": rnd.randint(0, 30)}} for i in range(entities)]
+    for r in out[:in_flight]:
+        r["content"] = {"priority": 9, "tags": ["deadline", "x"]}
+    return out
 
 
 def partition_of(ent: str, partitions: int) -> int:
@@ -397,7 +405,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     with Services(args.broker) as svc:
         stack = svc.stack(catalog, partitions=args.partitions)
         t = time.perf_counter()
-        n = stack.load(rows(args.entities))
+        n = stack.load(rows(args.entities, in_flight=args.in_flight))
         load_s = time.perf_counter() - t
         a, _ = start_worker(stack, clock, args.loglevel)
         b, _ = start_worker(stack, clock, args.loglevel)
@@ -553,6 +561,9 @@ def main() -> int:
     ap.add_argument("--cycles", type=int, default=5)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--probe-interval", type=float, default=0.1)
+    ap.add_argument("--in-flight", type=int, default=0,
+                    help="entities whose record dispatches a job that stays in flight: each "
+                         "takeover resyncs those of the partitions it gains")
     ap.add_argument("--no-commit-wait", dest="commit_wait", action="store_false",
                     help="kill as soon as the probes are answered, before the group has "
                          "committed the stimuli partitions (reproduces lost probes)")
@@ -571,7 +582,8 @@ def main() -> int:
     rates = [c["reload_rate"] for c in cyc if c["reload_rate"] == c["reload_rate"]]
     cold = [c["cold"] for c in cyc]
     raw = r["raw"]
-    print(f"machine: {machine()}; {args.broker}, {r['entities']:,} entities (1 record each), "
+    print(f"machine: {machine()}; {args.broker}, {r['entities']:,} entities (1 record each"
+          + (f"; {args.in_flight:,} with a job in flight" if args.in_flight else "") + "), "
           f"{args.partitions} partitions, two conditions workers (no derive worker), "
           f"{args.cycles} kill -9 cycles, probes every {args.probe_interval:g} s per partition")
     print(f"  loaded {r['entities']:,} change events in {r['load_s']:.1f} s; both workers "
