@@ -107,6 +107,14 @@ def bare_faust(stack: Stack, expect: int) -> dict[str, float]:
     raise RuntimeError("bare Faust agent gave no result:\n" + proc.stderr[-3000:])
 
 
+def new_stats(w: Any, start: int) -> tuple[list[dict[str, Any]], int]:
+    """The ``wakeline-stats`` lines ``w`` printed from its line ``start`` on, parsed, and
+    the line the next read starts at."""
+    lines = w.lines[start:]
+    return ([json.loads(line.split(" ", 1)[1]) for line in lines
+             if line.startswith("wakeline-stats ")], start + len(lines))
+
+
 def run_workers(stack: Stack, expect: int, workers: int = 1, layout: str = "one",
                 stats_interval: float = 0.1) -> dict[str, Any]:
     """``workers`` conditions processes; records/s over what they process after the last
@@ -132,31 +140,27 @@ def run_workers(stack: Stack, expect: int, workers: int = 1, layout: str = "one"
         time.sleep(2.0)
     last: list[dict[str, Any]] = [{} for _ in ws]
     idx = [0] * len(ws)
-    fidx = [0]
+    fidx = 0
     #: when the readiness process (split layout) had forwarded every change
-    fed_at: list[float | None] = [None]
+    fed_at: float | None = None
 
     ends = stack.end_offsets(stack.topic("changes"))
 
     def poll() -> int:
         """Records handled: a worker's own counter, or with several (a rebalance replays
         from the last commit, so counters overlap) the group's committed offsets."""
+        nonlocal fidx, fed_at
         for i, w in enumerate(ws):
-            lines = w.lines[idx[i]:]
-            idx[i] += len(lines)
-            for line in lines:
-                if line.startswith("wakeline-stats "):
-                    last[i] = json.loads(line.split(" ", 1)[1])
+            stats, idx[i] = new_stats(w, idx[i])
+            if stats:
+                last[i] = stats[-1]
             if w.proc.poll() is not None:
                 raise RuntimeError("worker exited:\n" + w.failure())
         if feeder is not None:
-            lines = feeder.lines[fidx[0]:]
-            fidx[0] += len(lines)
-            for line in lines:
-                if line.startswith("wakeline-stats "):
-                    fed = (json.loads(line.split(" ", 1)[1]).get("readiness") or {})
-                    if fed_at[0] is None and fed.get("forwarded", 0) >= expect:
-                        fed_at[0] = time.monotonic()
+            stats, fidx = new_stats(feeder, fidx)
+            if fed_at is None and any((x.get("readiness") or {}).get("forwarded", 0) >= expect
+                                      for x in stats):
+                fed_at = time.monotonic()
         if workers == 1 or layout == "split":  # no rebalance while measuring: no replays
             return sum(x.get("events", 0) for x in last)
         done = stack.committed(stack.app_id + "-readiness", stack.topic("changes"))
@@ -221,7 +225,7 @@ def run_workers(stack: Stack, expect: int, workers: int = 1, layout: str = "one"
             "us_per_record": 1e6 * cpu / measured,
             "readiness_us_per_record": 1e6 * feeder_cpu / measured,
             "by_outcome": by_outcome, "early": early,
-            "fed_s": None if fed_at[0] is None else fed_at[0] - t0,
+            "fed_s": None if fed_at is None else fed_at - t0,
             # the workers' cyclic-GC collections and seconds over the window, per generation
             # (streams.gcpolicy.GC_SPENT)
             "gc": [[sum((x.get("gc") or {}).get(k, [0, 0, 0])[g] for x in last)

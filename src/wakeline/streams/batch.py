@@ -110,6 +110,7 @@ async def handle_batch(app: Any, rt: Runtime, events: list[Any]) -> None:
     # entity -> [(partition, key, offset, core events, resync, stimulus message or None)];
     # the offset is the change message's for a ready item
     groups: dict[tuple[str, str], list[tuple[int, bytes, int, list[Any], bool, Any]]] = {}
+    resyncs: set[tuple[str, str]] = set()  # entities with a resync stimulus in the batch
     stamps: dict[int, float] = {}  # per ready partition, its latest record arrival
     sent: dict[int, float] = {}  # per ready partition, its newest change's broker time
     for event in events:
@@ -155,6 +156,8 @@ async def handle_batch(app: Any, rt: Runtime, events: list[Any]) -> None:
             assert ident is not None
             groups.setdefault(ident, []).append(
                 (p, event.key, msg.offset, core_events, resync, event))
+            if resync:
+                resyncs.add(ident)
     _seen(rt, stamps, sent)
     if not groups:
         return
@@ -164,8 +167,7 @@ async def handle_batch(app: Any, rt: Runtime, events: list[Any]) -> None:
         if pending is not None:
             await pending
     # Every resync of the batch reads its entities' cursor rows in one query.
-    resyncs = [ident for ident, items in groups.items() if any(it[4] for it in items)]
-    cursors = await loop.run_in_executor(rt._pool, cursor_rows, rt.dsn, resyncs) \
+    cursors = await loop.run_in_executor(rt._pool, cursor_rows, rt.dsn, sorted(resyncs)) \
         if resyncs else {}
     clock_now = rt.clock.now().timestamp()
     times = event_times(app, rt, rt.guards["conditions"], ready_name, clock_now)
