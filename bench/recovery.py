@@ -570,11 +570,12 @@ def main() -> int:
     ap.add_argument("--loglevel", default="info", choices=("warn", "info"),
                     help="the conditions workers' log level (info: the takeover timeline)")
     ap.add_argument("--tiny", action="store_true",
-                    help="smoke run: Tansu, 300 entities, 1 cycle")
+                    help="smoke run: Tansu, 300 entities (100 with a job in flight), 1 cycle")
     ap.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = ap.parse_args()
     if args.tiny:
         args.broker, args.entities, args.cycles = "tansu", 300, 1
+        args.in_flight = min(args.in_flight or 100, 300)
     r = bench(args)
     cyc = r["cycles"]
     takeovers = [v for c in cyc for v in c["takeover_s"].values() if v is not None]

@@ -1,17 +1,28 @@
 """A resync reads its entities' cursor rows from PostgreSQL in one query per batch, and
-turns each row whose job is the entity's running one, and has ended, into the run's end."""
+turns each row whose job is the entity's running one, and has ended, into the run's end;
+after a takeover the resync stimuli reach each entity's own stimuli partition."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from types import SimpleNamespace
 
 import psycopg
 import pytest
 
+from wakeline.cdc._kafka import ensure_topic, producer_config
+from wakeline.cdc.partitioner import partition_for
 from wakeline.core.events import CursorAdvanced
 from wakeline.core.state import EntityState, Job
 from wakeline.store import migrate
+from wakeline.streams import stimuli
+from wakeline.streams.app import send_resyncs
 from wakeline.streams.batch import cursor_rows, finished_runs
+from wakeline.streams.keys import entity_key
 
 pytestmark = pytest.mark.integration
 
@@ -55,3 +66,36 @@ def test_only_the_running_jobs_that_ended_come_back_as_their_ends() -> None:
     assert finished_runs(st, rows) == [
         CursorAdvanced("d", 7, AT.timestamp(), "succeeded", "j-a")]
     assert finished_runs(EntityState("w1", "b"), [("d", 2, None, None, None)]) == []
+
+
+def test_resyncs_after_a_takeover_reach_each_entitys_partition(tansu_broker) -> None:
+    """The resyncs go out in one librdkafka batch, not one Faust send each: they must
+    still land where every producer of the stimuli topic puts the entity's stimuli
+    (the partition paired with its ready partition), and be on the broker before the
+    worker says it is ready."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    bootstrap = tansu_broker.bootstrap
+    topic = f"resync-{uuid.uuid4().hex[:8]}"
+    ensure_topic(bootstrap, topic, 4)
+    keys = [entity_key("w1", f"user:{i:03d}") for i in range(40)]
+    with ThreadPoolExecutor(2) as io:
+        producer = Producer(producer_config(bootstrap))  # the agent's (Runtime.producer)
+        asyncio.run(send_resyncs(SimpleNamespace(producer=producer, _io=io), topic, keys))
+    got: dict[bytes, int] = {}
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{topic}",
+                  "enable.auto.commit": False})
+    try:
+        c.assign([TopicPartition(topic, p, 0) for p in range(4)])
+        deadline = time.monotonic() + 30
+        while len(got) < len(keys) and time.monotonic() < deadline:
+            m = c.poll(1)
+            if m is None:
+                continue
+            assert m.error() is None
+            assert isinstance(stimuli.decode(m.value()), stimuli.Resync)
+            got[m.key()] = m.partition()
+    finally:
+        c.close()
+    assert got == {k: partition_for(k, 4) for k in keys}
+    assert len(set(got.values())) == 4
