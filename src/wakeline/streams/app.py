@@ -343,7 +343,8 @@ def build_app(rt: Runtime) -> faust.App:
             t0 = time.monotonic()
             loads = [f for p in sorted(owned)
                      if (f := rt.store.loading(p, loop, rt._io)) is not None]
-            asyncio.ensure_future(_after_reload(rt, stimuli_topic, loads, owned, t0))
+            asyncio.ensure_future(_after_reload(rt, stimuli_topic, loads, owned, t0)) \
+                .add_done_callback(_report_failure)
 
     if "cron" in rt.roles:
         scheduler = CronScheduler(rt, stimuli_topic, cron_topic)
@@ -431,29 +432,52 @@ def force_copartitioned_assignor() -> None:
     driver.AIOKafkaConsumerThread._create_worker_consumer = co_partitioned
 
 
-async def send_resyncs(rt: Runtime, topic: str, keys: list[bytes]) -> None:
+def _report_failure(task: asyncio.Future[Any]) -> None:
+    """Log a background task's exception when it ends, not when it is collected."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.error("after the state reload: %s", exc, exc_info=exc)
+
+
+async def send_resyncs(rt: Runtime, topic: str, keys: list[bytes], *, attempts: int = 5,
+                       pause: float = 0.5) -> None:
     """A ``resync`` stimulus for each entity key, through the agent's librdkafka
     producer (partitioned by key as every producer of the stimuli topic is), and wait
     until the broker took them all.  One Faust ``send`` each held the event loop
     ~0.35 ms: with 5,000 runs in flight in the gained partitions, the worker was
     ready 1.7-2.0 s after its reload started, against 0.09-0.11 s now
-    (bench/recovery.py --in-flight, BENCHMARKS.md)."""
+    (bench/recovery.py --in-flight, BENCHMARKS.md).
+
+    A resync the broker refuses is sent again (``attempts`` times in all, ``pause``
+    doubling between them; a second resync of an entity reads the same cursor rows):
+    without it, a run that ended while its entity had no owner would hold the mailbox
+    until the entity's next rebalance.  Raises once they are spent."""
     producer = rt.producer
-    refused: list[Any] = []
-
-    def delivered(err: Any, _msg: Any) -> None:
-        if err is not None:
-            refused.append(err)
-
     value = stimuli.encode("resync")
-    for key in keys:
-        trace("resync", key)
-        produce(producer, topic, value, key, None, delivered)
-    left = await asyncio.get_running_loop().run_in_executor(rt._io, producer.flush, 60.0)
-    if left or refused:
-        raise RuntimeError(f"the broker did not take {left or len(refused)} of {len(keys)} "
-                           "resync stimuli" + (f": {refused[0]}" if refused else "")
-                           + "; their entities' runs in flight are not checked")
+    loop = asyncio.get_running_loop()
+    pending = list(keys)
+    for attempt in range(attempts):
+        refused: list[tuple[bytes, Any]] = []
+
+        def delivered(err: Any, msg: Any, refused: list[tuple[bytes, Any]] = refused) -> None:
+            if err is not None:
+                refused.append((msg.key(), err))
+
+        for key in pending:
+            trace("resync", key)
+            produce(producer, topic, value, key, None, delivered)
+        left = await loop.run_in_executor(rt._io, producer.flush, 60.0)
+        if not left and not refused:
+            return
+        # Refused ones are sent again; any still queued go with the next flush.
+        pending = [key for key, _ in refused]
+        if attempt + 1 < attempts:
+            log.warning("the broker did not take %d resync stimuli (%d still queued)%s; "
+                        "sending again", len(refused), left,
+                        f": {refused[0][1]}" if refused else "")
+            await asyncio.sleep(pause * 2 ** attempt)
+    raise RuntimeError(f"the broker did not take {len(pending) or left} of {len(keys)} resync "
+                       f"stimuli after {attempts} attempts; those entities' runs in flight are "
+                       "checked again at their partition's next reload")
 
 
 async def _after_reload(rt: Runtime, stimuli_topic: Any, loads: list[Any], owned: set[int],
