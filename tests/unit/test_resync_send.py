@@ -70,7 +70,7 @@ def test_refused_resyncs_are_sent_again_until_the_broker_takes_them() -> None:
 
 def test_resyncs_the_broker_keeps_refusing_raise_after_the_attempts() -> None:
     producer = RefusingProducer([{b"b"}] * 3)
-    with pytest.raises(RuntimeError, match="did not take 1 of 2 resync stimuli after 3"):
+    with pytest.raises(RuntimeError, match="did not take 1 of 2 resync stimuli after 3 attempts"):
         _send(producer, [b"a", b"b"], attempts=3)
     assert producer.flushes == 3 and producer.taken == [b"a"]
 

@@ -450,7 +450,7 @@ async def send_resyncs(rt: Runtime, topic: str, keys: list[bytes], *, attempts: 
     A resync the broker refuses is sent again (``attempts`` times in all, ``pause``
     doubling between them; a second resync of an entity reads the same cursor rows):
     without it, a run that ended while its entity had no owner would hold the mailbox
-    until the entity's next rebalance.  Raises once they are spent."""
+    until a worker gains the entity's partition again.  Raises once they are spent."""
     producer = rt.producer
     value = stimuli.encode("resync")
     loop = asyncio.get_running_loop()
@@ -471,13 +471,15 @@ async def send_resyncs(rt: Runtime, topic: str, keys: list[bytes], *, attempts: 
         # Refused ones are sent again; any still queued go with the next flush.
         pending = [key for key, _ in refused]
         if attempt + 1 < attempts:
-            log.warning("the broker did not take %d resync stimuli (%d still queued)%s; "
-                        "sending again", len(refused), left,
-                        f": {refused[0][1]}" if refused else "")
+            log.warning("the broker did not take %d resync stimuli%s (%d messages still "
+                        "queued); sending again", len(refused),
+                        f" ({refused[0][1]})" if refused else "", left)
             await asyncio.sleep(pause * 2 ** attempt)
-    raise RuntimeError(f"the broker did not take {len(pending) or left} of {len(keys)} resync "
-                       f"stimuli after {attempts} attempts; those entities' runs in flight are "
-                       "checked again at their partition's next reload")
+    what = f"{len(pending)} of {len(keys)} resync stimuli" if pending \
+        else f"{left} queued message(s), resync stimuli among them"
+    raise RuntimeError(f"the broker did not take {what} after {attempts} attempts; those "
+                       "entities' runs in flight are checked again only when a worker gains "
+                       "their partition")
 
 
 async def _after_reload(rt: Runtime, stimuli_topic: Any, loads: list[Any], owned: set[int],
