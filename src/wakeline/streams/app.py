@@ -433,7 +433,8 @@ def force_copartitioned_assignor() -> None:
 
 
 def _report_failure(task: asyncio.Future[Any]) -> None:
-    """Log a background task's exception when it ends, not when it is collected."""
+    """Log a background task's exception when it ends, not when it is collected.  (A
+    failed reload also fails every batch of its partition, which awaits it.)"""
     if not task.cancelled() and (exc := task.exception()) is not None:
         log.error("after the state reload: %s", exc, exc_info=exc)
 
@@ -492,9 +493,8 @@ async def _after_reload(rt: Runtime, stimuli_topic: Any, loads: list[Any], owned
             done.append(await fut)
         except asyncio.CancelledError:
             continue  # revoked before it finished
-        except Exception:
-            log.exception("state reload failed; the worker stops (its partitions move)")
-            raise
+        except Exception as exc:
+            raise RuntimeError(f"state reload failed: {exc!r}") from exc  # _report_failure
     resync: list[bytes] = []
     for r in done:
         for skey, wakeup in r.wakeups:
