@@ -1,10 +1,13 @@
 """A resync reads its entities' cursor rows from PostgreSQL in one query per batch, and
 turns each row whose job is the entity's running one, and has ended, into the run's end;
-after a takeover the resync stimuli reach each entity's own stimuli partition."""
+after a takeover the resync stimuli reach each entity's own stimuli partition; end to
+end, a run that ended while no worker held its entity frees the mailbox of the worker that
+takes it over."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -13,6 +16,8 @@ from types import SimpleNamespace
 
 import psycopg
 import pytest
+import yaml
+from confluent_kafka import Producer
 
 from wakeline.cdc._kafka import ensure_topic, producer_config
 from wakeline.cdc.partitioner import partition_for
@@ -99,3 +104,65 @@ def test_resyncs_after_a_takeover_reach_each_entitys_partition(tansu_broker) -> 
         c.close()
     assert got == {k: partition_for(k, 4) for k in keys}
     assert len(set(got.values())) == 4
+
+
+def _jobs_of(bootstrap: str, topic: str, entity: str, want: int, timeout: float = 30
+             ) -> list[dict]:
+    """The jobs for ``entity`` on the derive topic, read from its start until ``want`` were
+    seen or ``timeout`` passed."""
+    from confluent_kafka import Consumer
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4().hex}",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    got: list[dict] = []
+    try:
+        c.subscribe([topic])
+        deadline = time.monotonic() + timeout
+        while len(got) < want and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                job = json.loads(m.value())
+                if job["entity"] == entity:
+                    got.append(job)
+        return got
+    finally:
+        c.close()
+
+
+def test_a_run_that_ended_while_no_worker_held_its_entity_frees_the_mailbox(
+        pg_server, tansu_broker, tmp_path) -> None:
+    """A worker takes over an entity whose stored state has a run in flight, and the
+    run's end is in PostgreSQL but will never come through CDC (no relay runs here):
+    only the resync after the reload can end it.  A manual run then dispatches a job at
+    once; with the mailbox still holding the old run it would wait behind it."""
+    from tests.fixtures.streaming import make_stack
+    from tests.unit.core.helpers import catalog_dir, derivation
+
+    root = catalog_dir(tmp_path, {"w": derivation("w", "write: {}")})
+    st = make_stack(pg_server, tmp_path, tansu_broker.bootstrap, root, partitions=1)
+    derive_topic = f"{st.app_id.removeprefix('wl-')}.derive"
+    try:
+        first = st.worker("readiness", "conditions", relay=True)
+        first.wait_for("conditions ready", timeout=90)
+        seq = st.write("user:1", type="chat", content={})
+        [job] = _jobs_of(st.bootstrap, derive_topic, "user:1", 1)
+        first.stop()  # graceful: its state (the run in flight) is on the changelog
+        assert first.proc.returncode == 0
+        with psycopg.connect(st.dsn) as conn:  # the run ended; no relay will tell anyone
+            conn.execute(
+                "INSERT INTO derivation_cursors (workspace, derivation, entity, watermark, "
+                "last_run_at, last_outcome, last_job_id) VALUES ('default', 'w', 'user:1', "
+                "%s, now(), 'succeeded', %s)", (seq, job["job_id"]))
+        second = st.worker("conditions")
+        second.wait_for("conditions ready", timeout=90)
+        topo = yaml.safe_load(st.topology.read_text())
+        producer = Producer({"bootstrap.servers": st.bootstrap, "partitioner": "murmur2_random"})
+        producer.produce(topo["topics"]["stimuli"]["name"], key=entity_key("default", "user:1"),
+                         value=stimuli.encode("manual", derivation="w"))
+        assert producer.flush(10) == 0
+        jobs = _jobs_of(st.bootstrap, derive_topic, "user:1", 2)
+        assert [j["job_id"] for j in jobs][:1] == [job["job_id"]]
+        assert len(jobs) == 2 and jobs[1]["reasons"] == ["manual"], jobs
+    finally:
+        st.stop()
+        st.store.close()
