@@ -17,8 +17,10 @@ from types import SimpleNamespace
 import psycopg
 import pytest
 import yaml
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
+from tests.fixtures.streaming import make_stack
+from tests.unit.core.helpers import catalog_dir, derivation
 from wakeline.cdc._kafka import ensure_topic, producer_config
 from wakeline.cdc.partitioner import partition_for
 from wakeline.core.events import CursorAdvanced
@@ -78,8 +80,6 @@ def test_resyncs_after_a_takeover_reach_each_entitys_partition(tansu_broker) -> 
     still land where every producer of the stimuli topic puts the entity's stimuli
     (the partition paired with its ready partition), and be on the broker before the
     worker says it is ready."""
-    from confluent_kafka import Consumer, Producer, TopicPartition
-
     bootstrap = tansu_broker.bootstrap
     topic = f"resync-{uuid.uuid4().hex[:8]}"
     ensure_topic(bootstrap, topic, 4)
@@ -110,8 +110,6 @@ def _jobs_of(bootstrap: str, topic: str, entity: str, want: int, timeout: float 
              ) -> list[dict]:
     """The jobs for ``entity`` on the derive topic, read from its start until ``want`` were
     seen or ``timeout`` passed."""
-    from confluent_kafka import Consumer
-
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4().hex}",
                   "auto.offset.reset": "earliest", "enable.auto.commit": False})
     got: list[dict] = []
@@ -135,9 +133,6 @@ def test_a_run_that_ended_while_no_worker_held_its_entity_frees_the_mailbox(
     run's end is in PostgreSQL but will never come through CDC (no relay runs here):
     only the resync after the reload can end it.  A manual run then dispatches a job at
     once; with the mailbox still holding the old run it would wait behind it."""
-    from tests.fixtures.streaming import make_stack
-    from tests.unit.core.helpers import catalog_dir, derivation
-
     root = catalog_dir(tmp_path, {"w": derivation("w", "write: {}")})
     st = make_stack(pg_server, tmp_path, tansu_broker.bootstrap, root, partitions=1)
     derive_topic = f"{st.app_id.removeprefix('wl-')}.derive"
