@@ -1,6 +1,6 @@
 """A bare Faust agent over a topic (the second reference of stream_throughput.py).
 
-Run as ``python bench/_faust_bare.py worker -l warn`` with ``BARE_TOPIC``,
+Run as ``python bench/_faust_bare.py worker -l warn --without-web`` with ``BARE_TOPIC``,
 ``BARE_BOOTSTRAP`` and ``BARE_EXPECT`` in the environment: it iterates the topic's
 events doing nothing else, with the conditions worker's consumer settings, and prints
 ``bare-result {"n": N, "seconds": S, "rate": R}`` once it has seen ``BARE_EXPECT``.

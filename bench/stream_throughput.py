@@ -96,8 +96,11 @@ def bare_faust(stack: Stack, expect: int) -> dict[str, float]:
     import os
     import subprocess
 
+    # --without-web: Faust's worker command starts its web server on port 6066 whatever
+    # the app says, and a second bare agent (or anything else there) then fails to bind
     proc = subprocess.run(
-        [sys.executable, str(Path(__file__).with_name("_faust_bare.py")), "worker", "-l", "warn"],
+        [sys.executable, str(Path(__file__).with_name("_faust_bare.py")), "worker", "-l", "warn",
+         "--without-web"],
         capture_output=True, text=True, timeout=900,
         env={**os.environ, "BARE_TOPIC": stack.topic("changes"), "BARE_BOOTSTRAP": stack.bootstrap,
              "BARE_EXPECT": str(expect)})
