@@ -16,7 +16,6 @@ from types import SimpleNamespace
 
 import psycopg
 import pytest
-import yaml
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tests.fixtures.streaming import make_stack
@@ -150,11 +149,7 @@ def test_a_run_that_ended_while_no_worker_held_its_entity_frees_the_mailbox(
                 "%s, now(), 'succeeded', %s)", (seq, job["job_id"]))
         second = st.worker("conditions")
         second.wait_for("conditions ready", timeout=90)
-        topo = yaml.safe_load(st.topology.read_text())
-        producer = Producer({"bootstrap.servers": st.bootstrap, "partitioner": "murmur2_random"})
-        producer.produce(topo["topics"]["stimuli"]["name"], key=entity_key("default", "user:1"),
-                         value=stimuli.encode("manual", derivation="w"))
-        assert producer.flush(10) == 0
+        st.send_stimulus("user:1", "manual", derivation="w")
         jobs = _jobs_of(st.bootstrap, derive_topic, "user:1", 2)
         assert [j["job_id"] for j in jobs][:1] == [job["job_id"]]
         assert len(jobs) == 2 and jobs[1]["reasons"] == ["manual"], jobs

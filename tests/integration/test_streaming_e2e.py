@@ -18,7 +18,6 @@ from confluent_kafka import Producer
 
 from tests.fixtures.streaming import make_stack
 from tests.unit.core.helpers import catalog_dir, derivation
-from wakeline.streams import stimuli
 from wakeline.streams.keys import entity_key
 
 pytestmark = pytest.mark.integration
@@ -92,14 +91,6 @@ def stack(request, pg_server, tmp_path_factory):
     st.store.close()
 
 
-def send_stimulus(st, entity: str, kind: str, **fields) -> None:
-    topo = json.loads(json.dumps(__import__("yaml").safe_load(st.topology.read_text())))
-    p = Producer({"bootstrap.servers": st.bootstrap, "partitioner": "murmur2_random"})
-    p.produce(topo["topics"]["stimuli"]["name"], key=entity_key("default", entity),
-              value=stimuli.encode(kind, **fields))
-    assert p.flush(10) == 0
-
-
 def reasons_of(runs):
     return [r["trigger_reasons"] for r in runs]
 
@@ -122,7 +113,7 @@ def test_each_condition_kind_fires_end_to_end(stack):
     soon = (datetime.now(UTC) + timedelta(seconds=3)).isoformat()
     st.write("e:at", "calendar", key="standup", content={"starts_at": soon})
     st.write("e:read", "relations", type="support", content={})
-    send_stimulus(st, "e:read", "read", max_staleness=0)  # never ran: stale
+    st.send_stimulus("e:read", "read", max_staleness=0)  # never ran: stale
 
     def one(derivation, entity, timeout=30):
         runs = st.wait_runs(1, timeout=timeout, derivation=derivation, entity=entity)
@@ -188,7 +179,7 @@ def test_cooldown_holds_and_a_manual_run_bypasses_it(stack):
     cooldown = st.query("SELECT reason FROM outcomes WHERE derivation = 'cool' "
                         "AND entity = 'e:cool' AND kind = 'cooldown'")
     assert cooldown and cooldown[0][0].startswith("cooling until")
-    send_stimulus(st, "e:cool", "manual", derivation="cool")
+    st.send_stimulus("e:cool", "manual", derivation="cool")
     runs = st.wait_runs(2, derivation="cool", entity="e:cool", timeout=20)
     assert reasons_of(runs)[1] == ["manual", "trigger:cool.default:write"]
 

@@ -343,7 +343,7 @@ def build_app(rt: Runtime) -> faust.App:
             t0 = time.monotonic()
             loads = [f for p in sorted(owned)
                      if (f := rt.store.loading(p, loop, rt._io)) is not None]
-            asyncio.ensure_future(_after_reload(rt, stimuli_topic, loads, owned, t0)) \
+            asyncio.ensure_future(_after_reload(rt, loads, owned, t0)) \
                 .add_done_callback(_report_failure)
 
     if "cron" in rt.roles:
@@ -483,8 +483,7 @@ async def send_resyncs(rt: Runtime, topic: str, keys: list[bytes], *, attempts: 
                        "their partition")
 
 
-async def _after_reload(rt: Runtime, stimuli_topic: Any, loads: list[Any], owned: set[int],
-                        t0: float) -> None:
+async def _after_reload(rt: Runtime, loads: list[Any], owned: set[int], t0: float) -> None:
     """Once the assigned partitions' states are loaded: their timers, a resync for
     each entity whose run was in flight, and the ready line."""
     done: list[Reloaded] = []
@@ -501,7 +500,7 @@ async def _after_reload(rt: Runtime, stimuli_topic: Any, loads: list[Any], owned
             rt.timers.set(r.partition, entity_key(*split_state_key(skey)), wakeup)
         resync.extend(entity_key(*split_state_key(skey)) for skey in r.running)
     if resync:
-        await send_resyncs(rt, stimuli_topic.get_topic_name(), resync)
+        await send_resyncs(rt, rt.topology.topics.stimuli.name, resync)
     wall = time.monotonic() - t0
     log.info("states reloaded: %s", ", ".join(
         f"p{r.partition} {r.entities} entities ({r.messages} messages, {r.seconds:.2f} s)"
