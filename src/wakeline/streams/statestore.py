@@ -202,6 +202,11 @@ class EntityStore:
         if hit is not None:
             self._live.move_to_end(skey)  # most recently used last
             return hit[1]
+        # Changed, then evicted from the live states before the flush encoded it: its
+        # stored bytes are older than this.
+        waiting = self._dirty.get(skey)
+        if waiting is not None:
+            return waiting[1]
         data = self.parts[partition].get(skey)
         if data is None:
             return EntityState(workspace, entity)
