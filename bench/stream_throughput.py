@@ -178,7 +178,10 @@ def run_workers(stack: Stack, expect: int, workers: int = 1, layout: str = "one"
         # earlier (a longer window, never a shorter one).
         feeder = stack.worker("readiness", env=env)
         seen_at = feeder.wait_for("readiness ready", timeout=300)
-        poll()  # the counters as of now: `first` below is the GC baseline
+        applied = poll()  # the counters as of now: `first` below is the GC baseline
+        if applied:
+            raise RuntimeError(f"the conditions process applied {applied} records before its "
+                               "feeder had its partitions: it read batches of another run")
         t0, before = seen_at - 0.02, 0
     else:
         t0 = time.monotonic()
