@@ -85,10 +85,16 @@ def cpu_share(before: dict[tuple[int, str], float], after: dict[tuple[int, str],
     """CPU seconds between two :func:`cpu_by_command` snapshots, by what ran: ``names``
     labels known pids (the workers); the rest by command (``java`` is Kafka and Kafka
     Connect, ``postgres`` every PostgreSQL backend); a process that exited inside the
-    window is not counted."""
+    window is not counted.
+
+    Matched by pid alone: a kernel worker's command name carries the work queue it
+    serves at the moment (``kworker/u4:2-events_unbound``, then ``-flush``), and matched
+    by (pid, name) a renamed one counted the CPU of its whole life in the window (a
+    window's machine once added up to 122 % of 2 cores)."""
     out: dict[str, float] = {}
+    was = {pid: t for (pid, _), t in before.items()}
     for (pid, comm), t in after.items():
-        dt = t - before.get((pid, comm), 0.0)
+        dt = t - was.get(pid, 0.0)
         if dt > 0:
             label = names.get(pid) or _COMMANDS.get(comm.split("/")[0].split("-")[0], comm)
             out[label] = out.get(label, 0.0) + dt
