@@ -549,16 +549,31 @@ class Engine:
 
     def next_wakeup(self, st: EntityState) -> float | None:
         """The next instant this entity needs a Tick (O(derivations))."""
-        times = []
+        return self.wakeup_and_running(st)[0]
+
+    def wakeup_and_running(self, st: EntityState) -> tuple[float | None, bool]:
+        """:meth:`next_wakeup`, and whether a job of the entity is running: what the
+        state changelog carries ahead of each state, in one pass over its mailboxes."""
+        wake: float | None = None
+        running = False
+        derivations = self.plan.derivations
         for name, ds in st.ds.items():
-            if ds.queued is not None and ds.running is None:
-                d = self.plan.derivations.get(name)
+            if ds.running is not None:
+                running = True
+            elif ds.queued is not None:
+                d = derivations.get(name)
                 if d is not None and C.gate(st, d) is None:
-                    times.append(ds.queued.run_after)
-        for seq, (created, _drive) in st.unready.items():
-            if seq not in st.alerted:
-                times.append(created + self.unready_alert_s)
-        return min(times) if times else None
+                    t = ds.queued.run_after
+                    if wake is None or t < wake:
+                        wake = t
+        if st.unready:
+            alert = self.unready_alert_s
+            for seq, (created, _drive) in st.unready.items():
+                if seq not in st.alerted:
+                    t = created + alert
+                    if wake is None or t < wake:
+                        wake = t
+        return wake, running
 
     def explain(self, st: EntityState, trigger: str, now: float) -> list[dict[str, Any]]:
         """For each condition of ``trigger``: does it hold now, and why (not)."""

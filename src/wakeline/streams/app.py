@@ -208,8 +208,7 @@ class Runtime:
 
     def wakeup_and_running(self, st: EntityState) -> tuple[float | None, bool]:
         """What the state changelog carries ahead of a state (streams/statestore.py)."""
-        return (self.engine.next_wakeup(st),
-                any(ds.running is not None for ds in st.ds.values()))
+        return self.engine.wakeup_and_running(st)
 
     @property
     def group_id(self) -> str:

@@ -209,7 +209,7 @@ async def handle_batch(app: Any, rt: Runtime, events: list[Any]) -> None:
                        for e in core_events],
                       {n: (ds.w, ds.running.id if ds.running else None,
                            ds.queued.id if ds.queued else None) for n, ds in st.ds.items()})
-        wakeup, running = rt.wakeup_and_running(st)
+        wakeup, running = rt.engine.wakeup_and_running(st)
         rt.store.put(p, skey, st, wakeup, running)
         key = items[-1][1]
         rt.timers.set(p, key, wakeup)

@@ -399,3 +399,31 @@ def test_cron_scan_pages_entities_in_lexical_order_500_a_page(tmp_path):
     assert len({p["dedupe"] for p in pages}) == 1 and pages[0]["dedupe"] == "cron:n:2026-07-19T03:00:00Z"
     ran = [r["entity"] for r in sim.runs if "trigger:n.default:cron" in r["trigger_reasons"]]
     assert ran == names, "every non-system entity, in lexical order"
+
+
+def test_wakeup_and_running_in_one_pass(tmp_path):
+    """What the state changelog carries ahead of a state: the earliest of the queued,
+    not running jobs' run_after (unless an unready record gates the job) and of the
+    unready records' alert instants not yet alerted; and whether any job runs."""
+    from wakeline.core.state import DState, EntityState, Job
+
+    sim = sim_for(tmp_path, {"a": derivation("a", "write: {}"),
+                             "b": derivation("b", "write: {}")})
+    eng = sim.engine
+    st = EntityState("ws", "e")
+    assert eng.wakeup_and_running(st) == (None, False) and eng.next_wakeup(st) is None
+    st.ds["a"] = DState(queued=Job("j1", {"r": 500.0, "s": 300.0}, 0.0))
+    st.ds["b"] = DState(queued=Job("j2", {"r": 200.0}, 0.0), running=Job("j0", {}, 0.0))
+    # b's queued job waits for its running one: no wake-up from it, but a run is in flight
+    assert eng.wakeup_and_running(st) == (300.0, True) and eng.next_wakeup(st) == 300.0
+    st.unready[7] = [100.0, (eng.plan.derivations["b"].index,)]  # gates b only
+    alert = 100.0 + eng.unready_alert_s
+    assert eng.wakeup_and_running(st) == (min(300.0, alert), True)
+    st.alerted.append(7)
+    assert eng.wakeup_and_running(st) == (300.0, True)
+    st.ds["b"].running = None
+    st.alerted.clear()
+    # b's job is now gated by the unready seq 7 (nothing of b is pending below it)
+    assert eng.wakeup_and_running(st) == (min(300.0, alert), False)
+    st.unready[8] = [0.0, (eng.plan.derivations["a"].index,)]  # gates a too
+    assert eng.wakeup_and_running(st) == (min(alert, eng.unready_alert_s), False)
