@@ -13,8 +13,10 @@ class RecordChanged:
 
     ``after`` is None for a delete; ``before`` is the old row where known.  An
     unready row is tracked only for the readiness gate; it is never visible to a
-    condition until an update makes it ready.  ``lsn`` orders an entity's
-    changes; a change at or below the last applied lsn is a redelivery.
+    condition until an update makes it ready.  ``lsn`` (the change's position)
+    and then its record's seq order an entity's changes (``engine.order_of``: the
+    rows of one ``COPY`` share an LSN); a change at or below the last one applied is a
+    redelivery.
     """
 
     op: str

@@ -91,11 +91,52 @@ def test_redelivered_change_is_skipped(tmp_path):
     sim = sim_for(tmp_path, {"lc": DERIVS["lc"], "acc": DERIVS["acc"]})
     chat(sim, scores={"importance": 4})
     st_ = sim.states["user:mia"]
-    lsn = st_.last_lsn
+    lsn = 1  # the simulator's first change: this record's
     rec = sim.records[1]
     total = st_.d("lc").total
     step = sim.engine.apply(st_, RecordChanged("c", rec, None, lsn), sim.now.timestamp())
     assert step.duplicate and step.state.d("lc").total == total
+
+
+def test_rows_of_one_copy_share_a_position_and_each_is_applied_once(tmp_path):
+    """PostgreSQL writes the rows of one COPY in multi-insert WAL records, every row of
+    one record at the same LSN: the redelivery guard orders an entity's changes by
+    position, then by the record's seq (engine.order_of), so each row is applied, and
+    each again is a redelivery."""
+    from wakeline.core.plan import Rec
+
+    sim = sim_for(tmp_path, {"acc": DERIVS["acc"]})
+    eng, now = sim.engine, sim.now.timestamp()
+    st_ = EntityState("default", "user:zoe")
+    recs = [Rec(seq, "main", 1, "chat", "active", None, {}, "", False,
+                {"mood_v1": {"valence": 0.0, "label": "calm"}}, {"importance": 1}, now, now)
+            for seq in (11, 12, 13)]
+    for rec in recs:  # one COPY: the same position
+        step = eng.apply(st_, RecordChanged("c", rec, None, 7), now)
+        assert not step.duplicate
+        st_ = step.state
+    assert st_.d("acc").total == 3
+    for rec in recs:  # redelivered, each at its own place
+        assert eng.apply(st_, RecordChanged("c", rec, None, 7), now).duplicate
+    assert st_.d("acc").total == 3
+    later = Rec(5, "main", 1, "chat", "active", None, {}, "", False,
+                {"mood_v1": {"valence": 0.0, "label": "calm"}}, {"importance": 1}, now, now)
+    assert not eng.apply(st_, RecordChanged("c", later, None, 8), now).duplicate  # a later
+    # position wins whatever its seq
+
+
+def test_a_position_stored_before_seqs_joined_the_order_still_guards(tmp_path):
+    """A state stored by the previous version holds the bare position of its last
+    change: every change at that position was applied, the next one is new."""
+    from wakeline.core.plan import Rec
+
+    sim = sim_for(tmp_path, {"acc": DERIVS["acc"]})
+    eng, now = sim.engine, sim.now.timestamp()
+    st_ = EntityState("default", "user:zoe", last_lsn=(5 << 64) | 9)  # prev commit 5, lsn 9
+    rec = Rec(99, "main", 1, "chat", "active", None, {}, "", False,
+              {"mood_v1": {"valence": 0.0, "label": "calm"}}, {"importance": 1}, now, now)
+    assert eng.apply(st_, RecordChanged("c", rec, None, (5 << 64) | 9), now).duplicate
+    assert not eng.apply(st_, RecordChanged("c", rec, None, (5 << 64) | 10), now).duplicate
 
 
 def test_state_stays_small_after_consumption(tmp_path):
