@@ -69,6 +69,50 @@ def rows(entities: int, records: int, seed: int = 7) -> list[dict[str, Any]]:
     return out
 
 
+def driven_totals(loaded: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per entity, per derivation of the mixed catalog, how many records drive it: what
+    every entity state's ``DState.total`` must say once all of them were applied (main
+    rows drive urgent, reflect and reconcile; profiles rows drive skills; nothing here
+    updates or deletes a record, so no total goes down)."""
+    out: dict[str, dict[str, int]] = {}
+    for row in loaded:
+        names = {"main": ("urgent", "reflect", "reconcile"),
+                 "profiles": ("skills",)}.get(row["collection"], ())
+        mine = out.setdefault(row["entity"], {})
+        for name in names:
+            mine[name] = mine.get(name, 0) + 1
+    return out
+
+
+def check_answers(stack: Stack, totals: dict[str, dict[str, int]]) -> int:
+    """Read the run's state changelog (the last value of each entity) and check each
+    entity's per-derivation record totals against :func:`driven_totals`: a state the
+    conditions agent lost or applied twice shows as a wrong total.  Returns how many
+    entity states were checked; raises on the first few wrong ones."""
+    from wakeline.core.codec import decode_state
+    from wakeline.streams.keys import split_state_key
+    from wakeline.streams.statestore import read_partition, unframe
+
+    topic = f"{stack.app_id}-wakeline-entity-state-changelog"
+    wrong: list[str] = []
+    seen = 0
+    for p in range(stack.partitions):
+        data, _, _, _ = read_partition(stack.bootstrap, topic, p, f"{stack.app_id}-check")
+        for skey, value in data.items():
+            ws, entity = split_state_key(skey)
+            st = decode_state(unframe(value)[0], ws, entity)
+            got = {name: ds.total for name, ds in st.ds.items() if ds.total}
+            want = totals.get(entity, {})
+            seen += 1
+            if got != want and len(wrong) < 5:
+                wrong.append(f"{entity}: {got} != {want}")
+    missing = len(totals) - seen
+    if wrong or missing:
+        raise RuntimeError(f"wrong answers in the run's entity states ({missing} entities "
+                           f"without a state): " + "; ".join(wrong))
+    return seen
+
+
 def raw_consume(stack: Stack, expect: int) -> dict[str, float]:
     """The ceiling: confluent-kafka reading the same topic, no decoding."""
     from confluent_kafka import Consumer
@@ -119,7 +163,8 @@ def new_stats(w: Any, start: int) -> tuple[list[dict[str, Any]], int]:
 
 
 def run_workers(stack: Stack, expect: int, workers: int = 1, layout: str = "one",
-                stats_interval: float = 0.1) -> dict[str, Any]:
+                stats_interval: float = 0.1,
+                totals: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
     """``workers`` conditions processes; records/s over what they process after the last
     one is ready (with several, the earlier ones start before: what they did until the
     last one's reload and a 2 s settle is not counted).
@@ -210,8 +255,21 @@ def run_workers(stack: Stack, expect: int, workers: int = 1, layout: str = "one"
                        {w.pid: "worker" for w in ws} | ({feeder.pid: "readiness"} if feeder
                                                         else {}))
     feeder_cpu = cpu_seconds(feeder.pid) - cpu0[feeder.pid] if feeder else 0.0
+    checked = None
+    if totals is not None:
+        # The last batch's states are produced after its events were counted: wait until
+        # no worker's state writes move for half a second before reading them back.
+        settled, writes = time.monotonic(), None
+        while time.monotonic() - settled < 0.5 and time.monotonic() < deadline:
+            poll()
+            now_writes = [x.get("state_writes", 0) for x in last]
+            if now_writes != writes:
+                writes, settled = now_writes, time.monotonic()
+            time.sleep(stats_interval)
     for w in procs:
         w.stop()
+    if totals is not None:
+        checked = check_answers(stack, totals)
     dt = t_done - t0
     measured = expect - before
     if measured <= 0:
@@ -222,6 +280,7 @@ def run_workers(stack: Stack, expect: int, workers: int = 1, layout: str = "one"
         for k, v in x.get("by_outcome", {}).items():
             by_outcome[k] = by_outcome.get(k, 0) + v
     return {"workers": workers, "layout": layout, "seconds": dt, "measured": measured,
+            "checked": checked,
             "rate": measured / dt,
             "jobs": sum(x.get("dispatched", 0) for x in last),
             "batches": sum(x.get("batches", 0) for x in last),
@@ -254,8 +313,9 @@ def sweep(args: argparse.Namespace, catalog: Path) -> list[dict[str, Any]]:
                 if workers > parts:
                     continue
                 stack = svc.stack(catalog, partitions=parts)
-                n = stack.load(rows(args.entities, args.records))
-                res = run_workers(stack, n, workers, "split")
+                loaded = rows(args.entities, args.records)
+                n = stack.load(loaded)
+                res = run_workers(stack, n, workers, "split", totals=driven_totals(loaded))
                 res["partitions"] = parts
                 out.append(res)
                 print(f"  {parts} partitions, {workers} conditions workers: {res['rate']:8,.0f} "
@@ -292,11 +352,14 @@ def bench(broker: str, args: argparse.Namespace, catalog: Path) -> dict[str, Any
     with Services(broker) as svc:
         stack = svc.stack(catalog, partitions=args.partitions)
         t = time.perf_counter()
-        n = stack.load(rows(args.entities, args.records))
+        loaded = rows(args.entities, args.records)
+        n = stack.load(loaded)
         load_s = time.perf_counter() - t
         raw = raw_consume(stack, n)
         bare = bare_faust(stack, n)
-        runs = [run_workers(stack, n, args.workers, layout) for layout in args.layout]
+        totals = driven_totals(loaded)
+        runs = [run_workers(stack, n, args.workers, layout, totals=totals)
+                for layout in args.layout]
         return {"broker": broker, "n": n, "load_s": load_s, "raw": raw, "bare": bare,
                 "worker": max(runs, key=lambda r: r["rate"]), "runs": runs}
 
@@ -351,6 +414,9 @@ def main() -> int:
                   + (f"; readiness process {w['readiness_cpu_pct']:.0f}%, "
                      f"{w['readiness_us_per_record']:.0f} us/record" if w["layout"] == "split"
                      else "") + f"; peak RSS {w['rss_mb']:.0f} MiB)")
+            if w.get("checked") is not None:
+                print(f"    answers checked: {w['checked']:,} entity states read back from the "
+                      "changelog, every per-derivation record total as loaded")
             if w.get("fed_s") is not None:
                 print(f"    the readiness process had forwarded every change at "
                       f"{w['fed_s']:.1f} s of the {w['seconds']:.1f} s window")
