@@ -30,9 +30,6 @@ from wakeline.core.state import DState, EntityState, Job
 
 UNREADY_ALERT_S = 300.0
 _LOW = (1 << 64) - 1
-#: set in every order :func:`order_of` makes; ``EntityState.last_lsn`` without it (a
-#: position, 128 bits at most) was stored before the record's seq joined the order
-_ORDER = 1 << 192
 
 
 def order_of(event: RecordChanged | CursorAdvanced) -> int:
@@ -40,18 +37,22 @@ def order_of(event: RecordChanged | CursorAdvanced) -> int:
     position (``lsn``, commit order), then its record's ``seq``.  The position alone
     does not tell apart the rows of one ``COPY``: PostgreSQL writes them in multi-insert
     WAL records, every row of one record at the same LSN, in the order of their seqs.
-    A cursor's change is one row's insert or update (never a multi-insert): seq 0."""
+    A cursor's change is one row's insert or update (never a multi-insert): seq 0.
+
+    ``EntityState.last_lsn`` holds the last order applied negated; a positive value is
+    the bare position an older version stored (:func:`_last_order`)."""
     if isinstance(event, RecordChanged):
         rec = event.after if event.after is not None else event.before
-        return _ORDER | (event.lsn << 64) | (rec.seq & _LOW if rec is not None else 0)
-    return _ORDER | (event.lsn << 64)
+        return (event.lsn << 64) | (rec.seq & _LOW if rec is not None else 0)
+    return event.lsn << 64
 
 
 def _last_order(state: EntityState) -> int:
     last = state.last_lsn
-    if 0 < last < _ORDER:  # a bare position: every change at it was applied
-        return _ORDER | (last << 64) | _LOW
-    return last
+    if last < 0:
+        return -last
+    # a bare position stored by an older version: every change at it was applied
+    return (last << 64) | _LOW if last else 0
 #: Reasons whose permitted time comes from a request, not from entity state:
 #: they survive post-run re-evaluation and merge by keeping the earliest time.
 _EXTERNAL = ("manual", ":read", ":cron")
@@ -152,7 +153,7 @@ class Engine:
                 return step
             touched = self._on_record(step, event, now)
             if order:
-                state.last_lsn = order
+                state.last_lsn = -order
             if touched:
                 self._evaluate_all(step, touched, now, fact=self._fact_of(state, event))
         elif isinstance(event, CursorAdvanced):
@@ -161,7 +162,7 @@ class Engine:
                 step.duplicate = True
                 return step
             if order:
-                state.last_lsn = order
+                state.last_lsn = -order
             self._on_cursor(step, event, now)
         elif isinstance(event, ManualRun):
             d = self.plan.derivations[event.derivation]

@@ -9,8 +9,9 @@ An :class:`EntityState` holds, for one (workspace, entity):
   ``at`` deadlines), history counters and the mailbox (queued + running job);
 - ``census_base``: event rows folded out of ``facts`` but still counted by a
   census condition;
-- ``last_lsn``: where the newest change applied stands (``engine.order_of``: its
-  position, then its record's seq), so a redelivered change is skipped.
+- ``last_lsn``: where the newest change applied stands, negated (``engine.order_of``:
+  its position, then its record's seq), so a redelivered change is skipped; a
+  positive value is the bare position an older version stored.
 
 Everything is plain data; :meth:`EntityState.to_dict` / :meth:`from_dict`
 round-trip through JSON.  The form the worker stores (its table and changelog) is
