@@ -95,22 +95,22 @@ def check_answers(stack: Stack, totals: dict[str, dict[str, int]]) -> int:
 
     topic = f"{stack.app_id}-wakeline-entity-state-changelog"
     wrong: list[str] = []
-    seen = 0
+    seen: set[str] = set()
     for p in range(stack.partitions):
         data, _, _, _ = read_partition(stack.bootstrap, topic, p, f"{stack.app_id}-check")
         for skey, value in data.items():
             ws, entity = split_state_key(skey)
             st = decode_state(unframe(value)[0], ws, entity)
             got = {name: ds.total for name, ds in st.ds.items() if ds.total}
-            want = totals.get(entity, {})
-            seen += 1
+            want = totals.get(entity)
+            seen.add(entity)
             if got != want and len(wrong) < 5:
                 wrong.append(f"{entity}: {got} != {want}")
-    missing = len(totals) - seen
+    missing = set(totals) - seen
     if wrong or missing:
-        raise RuntimeError(f"wrong answers in the run's entity states ({missing} entities "
-                           f"without a state): " + "; ".join(wrong))
-    return seen
+        raise RuntimeError(f"wrong answers in the run's entity states ({len(missing)} "
+                           f"entities without a state): " + "; ".join(wrong))
+    return len(seen)
 
 
 def raw_consume(stack: Stack, expect: int) -> dict[str, float]:

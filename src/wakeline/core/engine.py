@@ -53,6 +53,8 @@ def _last_order(state: EntityState) -> int:
         return -last
     # a bare position stored by an older version: every change at it was applied
     return (last << 64) | _LOW if last else 0
+
+
 #: Reasons whose permitted time comes from a request, not from entity state:
 #: they survive post-run re-evaluation and merge by keeping the earliest time.
 _EXTERNAL = ("manual", ":read", ":cron")
