@@ -167,6 +167,10 @@ class Worker:
                 self.proc.wait(10)
 
 
+#: the topics each run of a stack has of its own (Stack.run_topology)
+_PER_RUN = ("changes.ready", "stimuli")
+
+
 @dataclass
 class Stack:
     dsn: str
@@ -185,23 +189,27 @@ class Stack:
 
     def run_topology(self) -> Path:
         """The topology of the current run: from the second run on, the same changes
-        topic with a ready and a stimuli topic of the run's own.  A fresh consumer group
-        reads its topics from the beginning, so on shared ones the conditions agent of a
-        later run also applied every earlier run's ready batches (taken up before its
-        feeder had started, they made its records/s and CPU per record look better)."""
+        topic with a ready and a stimuli topic of the run's own (:meth:`topic`).  A
+        fresh consumer group reads its topics from the beginning, so on shared ones the
+        conditions agent of a later run also applied every earlier run's ready batches
+        (taken up before its feeder had started, they made its records/s and CPU per
+        record look better)."""
         if not self.run:
             return self.topology
         path = self.topology.with_name(f"{self.topology.stem}-r{self.run}.yaml")
         if not path.exists():
             doc = yaml.safe_load(self.topology.read_text())
-            doc["topics"]["ready"] = f"{self.name}.ready.r{self.run}"
+            doc["topics"]["ready"] = self.topic("changes.ready")
             doc["topics"]["stimuli"] = {**doc["topics"]["stimuli"],
-                                        "name": f"{self.name}.stimuli.r{self.run}"}
+                                        "name": self.topic("stimuli")}
             path.write_text(yaml.safe_dump(doc))
         return path
 
     def topic(self, kind: str) -> str:
-        return f"{self.name}.{kind}"
+        """The current run's topic of ``kind`` (``changes``, ``changes.ready``,
+        ``stimuli``, ...); the ready and stimuli topics are a run's own."""
+        name = f"{self.name}.{kind}"
+        return f"{name}.r{self.run}" if self.run and kind in _PER_RUN else name
 
     def worker(self, *roles: str, relay: bool = False, env: dict[str, str] | None = None,
                print_runs: bool = False) -> Worker:

@@ -215,7 +215,7 @@ def _ready_times(stack: Stack, prefix: str, n: int) -> dict[str, float]:
                 out.setdefault(item.entity, m.timestamp()[1] / 1000)
         return len(out) >= n
 
-    _read_topic(stack.bootstrap, stack.topic("changes") + ".ready", take)
+    _read_topic(stack.bootstrap, stack.topic("changes.ready"), take)
     return out
 
 

@@ -92,8 +92,9 @@ def check_answers(stack: Stack, totals: dict[str, dict[str, int]]) -> int:
     from wakeline.core.codec import decode_state
     from wakeline.streams.keys import split_state_key
     from wakeline.streams.statestore import read_partition, unframe
+    from wakeline.topology import load_topology
 
-    topic = f"{stack.app_id}-wakeline-entity-state-changelog"
+    topic = load_topology(stack.run_topology()).topics.state_changelog(stack.app_id).name
     wrong: list[str] = []
     seen: set[str] = set()
     for p in range(stack.partitions):

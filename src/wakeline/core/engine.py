@@ -40,19 +40,26 @@ def order_of(event: RecordChanged | CursorAdvanced) -> int:
     A cursor's change is one row's insert or update (never a multi-insert): seq 0.
 
     ``EntityState.last_lsn`` holds the last order applied negated; a positive value is
-    the bare position an older version stored (:func:`_last_order`)."""
+    the bare position an older version stored (:func:`_admit`)."""
     if isinstance(event, RecordChanged):
         rec = event.after if event.after is not None else event.before
         return (event.lsn << 64) | (rec.seq & _LOW if rec is not None else 0)
     return event.lsn << 64
 
 
-def _last_order(state: EntityState) -> int:
+def _admit(state: EntityState, event: RecordChanged | CursorAdvanced) -> bool:
+    """False for a redelivery (at or below the last change applied to the entity);
+    otherwise the change is recorded as the entity's last (``last_lsn``, negated)."""
+    if not event.lsn:
+        return True
+    order = order_of(event)
     last = state.last_lsn
-    if last < 0:
-        return -last
-    # a bare position stored by an older version: every change at it was applied
-    return (last << 64) | _LOW if last else 0
+    if last > 0:  # a bare position stored by an older version: every change at it applied
+        last = -((last << 64) | _LOW)
+    if order <= -last:
+        return False
+    state.last_lsn = -order
+    return True
 
 
 #: Reasons whose permitted time comes from a request, not from entity state:
@@ -149,22 +156,16 @@ class Engine:
     def apply(self, state: EntityState, event: Event, now: float) -> Step:
         step = Step(state)
         if isinstance(event, RecordChanged):
-            order = order_of(event) if event.lsn else 0
-            if order and order <= _last_order(state):
+            if not _admit(state, event):
                 step.duplicate = True
                 return step
             touched = self._on_record(step, event, now)
-            if order:
-                state.last_lsn = -order
             if touched:
                 self._evaluate_all(step, touched, now, fact=self._fact_of(state, event))
         elif isinstance(event, CursorAdvanced):
-            order = order_of(event) if event.lsn else 0
-            if order and order <= _last_order(state):
+            if not _admit(state, event):
                 step.duplicate = True
                 return step
-            if order:
-                state.last_lsn = -order
             self._on_cursor(step, event, now)
         elif isinstance(event, ManualRun):
             d = self.plan.derivations[event.derivation]

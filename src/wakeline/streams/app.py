@@ -39,7 +39,6 @@ from wakeline.clock import Clock, SystemClock
 from wakeline.core.build import build_plan
 from wakeline.core.engine import Engine
 from wakeline.core.outcomes import Outcome
-from wakeline.core.state import EntityState
 from wakeline.derive import DeriveExecutor, RunResult
 from wakeline.streams import ready, stimuli
 from wakeline.streams.batch import event_times, handle_batch
@@ -137,7 +136,7 @@ class Runtime:
         self.store = EntityStore(
             bootstrap=self.bootstrap,
             topic=self.topology.topics.state_changelog(self.group_id).name,
-            group=f"{self.group_id}-restore", meta=self.wakeup_and_running)
+            group=f"{self.group_id}-restore", meta=self.engine.wakeup_and_running)
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="conditions-db")
         self._io = ThreadPoolExecutor(max_workers=4, thread_name_prefix="conditions-io")
         #: the conditions agent's jobs and states (streams/delivery.py)
@@ -205,10 +204,6 @@ class Runtime:
                 "consumed": d.consumed, "batches": d.batches, "runs": d.runs,
                 "dead_letters": d.dead_letters},
             "gc": GC_SPENT, "by_outcome": c.by_outcome}), flush=True)
-
-    def wakeup_and_running(self, st: EntityState) -> tuple[float | None, bool]:
-        """What the state changelog carries ahead of a state (streams/statestore.py)."""
-        return self.engine.wakeup_and_running(st)
 
     @property
     def group_id(self) -> str:
