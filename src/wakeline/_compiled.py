@@ -2,17 +2,25 @@
 import rule that keeps an edited source from being shadowed by a stale build.
 
 The Python source *is* the module: at install time, when Cython is at hand
-(pyproject's build requirements bring it), ``setup.py`` compiles the same files,
-which hold nothing Cython-specific; without a build, the interpreter runs the
-source.  Compiled, a conditions worker spends 12-16 % less CPU per record
-(BENCHMARKS.md, "What each change bought").
+(pyproject's build requirements bring it), ``setup.py`` compiles the same files;
+without a build, the interpreter runs the source.  Compiled, a conditions worker
+spends 12-16 % less CPU per record (BENCHMARKS.md, "What each change bought").
+
+The core's per-record classes (:data:`DECLARED`) are dataclasses in the source and,
+compiled, extension types: a ``.pxd`` beside each of those modules declares their
+fields as struct members (Cython's "augmenting .pxd"), and ``engine.py`` and
+``conditions.py`` are compiled with ``annotation_typing`` (a ``# cython:`` comment on
+their first line), so their annotations of those classes type the code: a field is
+read from the struct instead of through a lookup on the type.  Those modules are built
+against each other's declarations, so they are fresh or stale together.
 
 An extension sits next to its source (``engine.cpython-311-x86_64-linux-gnu.so``
 beside ``engine.py``) and Python's path finder prefers it.  Once the source is
 edited, or a checkout changes it, that build is stale.  The build records each
-source's SHA-256 in ``_compiled_sources.json`` (next to this file); :class:`FreshSource`
-imports the source of a module whose file no longer matches, with one warning
-naming the command that rebuilds (``make install``, or ``pip install -e .``).
+source's SHA-256 (with its ``.pxd``, if any) in ``_compiled_sources.json`` (next to this
+file); :class:`FreshSource` imports the source of a module whose files no longer match
+(for one of :data:`DECLARED`, all of them), with one warning naming the command that
+rebuilds (``make install``, or ``pip install -e .``).
 
 ``WAKELINE_PURE=1`` imports all of them from source: for profiling (py-spy sees no
 frames inside compiled code) and for comparing the two.
@@ -54,12 +62,30 @@ MODULES = (
     "wakeline.streams.timers",
 )
 
+#: the modules whose classes are extension types when compiled (a ``.pxd`` beside each
+#: declares them), built against each other's declarations: a compiled engine cannot
+#: import the source's dataclasses, so one stale module makes all of them run as source
+DECLARED = (
+    "wakeline.core.conditions",
+    "wakeline.core.engine",
+    "wakeline.core.events",
+    "wakeline.core.outcomes",
+    "wakeline.core.plan",
+    "wakeline.core.state",
+)
+
 #: what the build wrote: module -> SHA-256 of the source it compiled
 SOURCES_FILE = Path(__file__).with_name("_compiled_sources.json")
 
 
 def source_digest(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    """SHA-256 of a module's source and, when there is one, its ``.pxd``."""
+    path = Path(path)
+    h = hashlib.sha256(path.read_bytes())
+    pxd = path.with_suffix(".pxd")
+    if pxd.exists():
+        h.update(b"\0pxd\0" + pxd.read_bytes())
+    return h.hexdigest()
 
 
 class FreshSource(importlib.abc.MetaPathFinder):
@@ -85,13 +111,25 @@ class FreshSource(importlib.abc.MetaPathFinder):
                 return None  # nothing compiled here: the source, as always
             if not self.pure:
                 if self.built.get(fullname) == source_digest(source):
-                    return None  # the build of this source: the default finder takes it
+                    if fullname not in DECLARED or not (stale := self._declared_stale(entry)):
+                        return None  # the build of this source: the default finder takes it
+                    why = f"{stale} was edited since the build, and they share declarations"
+                else:
+                    why = f"the compiled module was built from another version of {source}"
                 self.stale.append(fullname)
                 warnings.warn(
-                    f"{fullname}: the compiled module was built from another version of "
-                    f"{source}; running the source (slower). Rebuild with `make install` "
-                    "(or `pip install -e .`).", RuntimeWarning, stacklevel=2)
+                    f"{fullname}: {why}; running the source (slower). Rebuild with "
+                    "`make install` (or `pip install -e .`).", RuntimeWarning, stacklevel=2)
             return importlib.util.spec_from_file_location(fullname, source)
+        return None
+
+    def _declared_stale(self, directory: str) -> str | None:
+        """The first of :data:`DECLARED` (all in one package directory) whose build does
+        not match its files, if any."""
+        for name in DECLARED:
+            source = os.path.join(directory, name.rpartition(".")[2] + ".py")
+            if os.path.exists(source) and self.built.get(name) != source_digest(source):
+                return name
         return None
 
 

@@ -53,6 +53,45 @@ def test_a_build_of_another_source_is_skipped_with_a_warning_naming_the_fix(tmp_
         assert FreshSource({}).find_spec("wakeline.core.engine", [str(pkg)]) is not None
 
 
+def test_an_edited_pxd_makes_its_build_stale(tmp_path):
+    pkg = tree(tmp_path, built=True)
+    (pkg / "engine.pxd").write_text("cdef class Step:\n    cdef public object state\n")
+    finder = FreshSource({"wakeline.core.engine": source_digest(pkg / "engine.py")})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert finder.find_spec("wakeline.core.engine", [str(pkg)]) is None
+    (pkg / "engine.pxd").write_text("cdef class Step:\n    cdef public object state, job\n")
+    with pytest.warns(RuntimeWarning, match="built from another version"):
+        assert finder.find_spec("wakeline.core.engine", [str(pkg)]) is not None
+
+
+def test_the_declared_modules_run_as_source_together(tmp_path):
+    """A compiled engine imports the extension types of the compiled state module: once
+    one of them is stale, every one runs as source (the others are not touched)."""
+    pkg = tmp_path / "core"
+    pkg.mkdir()
+    for name in [*_compiled.DECLARED, "wakeline.core.codec"]:
+        leaf = name.rpartition(".")[2]
+        (pkg / f"{leaf}.py").write_text(f"NAME = {leaf!r}\n")
+        (pkg / f"{leaf}{SUFFIX}").write_bytes(b"\x7fELF not loaded by this test")
+    built = {name: source_digest(pkg / (name.rpartition(".")[2] + ".py"))
+             for name in [*_compiled.DECLARED, "wakeline.core.codec"]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert FreshSource(built).find_spec("wakeline.core.engine", [str(pkg)]) is None
+    (pkg / "state.py").write_text("NAME = 'edited'\n")
+    finder = FreshSource(built)
+    with pytest.warns(RuntimeWarning, match=r"wakeline.core.state was edited.*make install"):
+        spec = finder.find_spec("wakeline.core.engine", [str(pkg)])
+    assert spec is not None and spec.origin == str(pkg / "engine.py")
+    with pytest.warns(RuntimeWarning, match="another version"):
+        assert finder.find_spec("wakeline.core.state", [str(pkg)]) is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert finder.find_spec("wakeline.core.codec", [str(pkg)]) is None
+    assert finder.stale == ["wakeline.core.engine", "wakeline.core.state"]
+
+
 def test_pure_imports_the_source_and_unlisted_or_unbuilt_modules_are_untouched(tmp_path):
     pkg = tree(tmp_path, built=True)
     digest = {"wakeline.core.engine": source_digest(pkg / "engine.py")}

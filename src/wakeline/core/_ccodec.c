@@ -448,6 +448,7 @@ typedef struct {
     PyObject *interned[16];
     Py_ssize_t offs[16]; /* -1: read by name */
     int direct;          /* every field a slot and no __post_init__: built by the reader */
+    int members;         /* the slots are an extension type's members (built by tp_new) */
 } Cls;
 
 static Cls C_ST = {8, {"workspace", "entity", "facts", "unready", "ds", "census_base", "alerted",
@@ -458,8 +459,35 @@ static Cls C_DS = {11, {"w", "last_success", "handled", "last_run", "total", "qu
                         "dead", "jobs_made", "cron_last", "waiting_on"}};
 static Cls C_JOB = {6, {"id", "reasons", "created", "settle", "dedupe", "dispatched"}};
 
+/* Where an extension type compiled by Cython keeps the object field `name` (its
+ * `cdef public object` member, exposed as a getset property): an instance made by
+ * tp_new (every object field None) gets a fresh object through the property, and the
+ * one pointer-sized word of the instance that holds it is the field.  -1 if there is
+ * not exactly one. */
+static Py_ssize_t member_offset(PyTypeObject *t, PyObject *name) {
+    PyObject *args = PyTuple_New(0), *o = NULL, *mark = NULL;
+    Py_ssize_t found = -1;
+    int hits = 0;
+    if (!args || !t->tp_new || !(o = t->tp_new(t, args, NULL)) || !(mark = PyList_New(0)) ||
+        PyObject_SetAttr(o, name, mark) < 0) {
+        PyErr_Clear();
+    } else {
+        for (Py_ssize_t off = sizeof(PyObject); off + (Py_ssize_t)sizeof(PyObject *) <=
+                 t->tp_basicsize; off += sizeof(PyObject *))
+            if (*(PyObject **)((char *)o + off) == mark) {
+                found = off;
+                hits++;
+            }
+    }
+    Py_XDECREF(o);
+    Py_XDECREF(mark);
+    Py_XDECREF(args);
+    return hits == 1 ? found : -1;
+}
+
 static int cls_setup(Cls *c, PyTypeObject *t) {
     c->direct = !PyObject_HasAttrString((PyObject *)t, "__post_init__");
+    c->members = 0;
     for (int i = 0; i < c->n; i++) {
         if (!c->interned[i] && !(c->interned[i] = PyUnicode_InternFromString(c->names[i])))
             return -1;
@@ -468,6 +496,9 @@ static int cls_setup(Cls *c, PyTypeObject *t) {
         if (d && Py_IS_TYPE(d, &PyMemberDescr_Type)) {
             PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
             if (m->type == T_OBJECT_EX) c->offs[i] = m->offset;
+        } else if (d && Py_IS_TYPE(d, &PyGetSetDescr_Type)) {
+            c->offs[i] = member_offset(t, c->interned[i]);
+            c->members = 1;
         }
         if (c->offs[i] < 0) c->direct = 0;
     }
@@ -1089,7 +1120,14 @@ static int r_seq(R *r, PyObject **out) {
  * classes' __init__ only assigns (setup() checks there is no __post_init__). */
 static PyObject *make(PyTypeObject *t, const Cls *c, PyObject **vals) {
     PyObject *o = NULL;
-    if (c->direct) {
+    if (c->direct && c->members) {
+        /* an extension type's tp_new sets up what else it holds (its methods' table)
+         * and every field to None */
+        static PyObject *no_args;
+        if ((no_args || (no_args = PyTuple_New(0))) && (o = t->tp_new(t, no_args, NULL)))
+            for (int i = 0; i < c->n; i++)
+                Py_XSETREF(*(PyObject **)((char *)o + c->offs[i]), vals[i]);
+    } else if (c->direct) {
         o = t->tp_alloc(t, 0);
         if (o)
             for (int i = 0; i < c->n; i++) *(PyObject **)((char *)o + c->offs[i]) = vals[i];
@@ -2290,6 +2328,26 @@ static PyObject *setup_outcomes(PyObject *self, PyObject *cls) {
     Py_RETURN_NONE;
 }
 
+/* layout(): for each class set up so far, whether its objects are read and built through
+ * their fields' offsets (a slot or an extension type's member) rather than by name */
+static PyObject *layout(PyObject *self, PyObject *unused) {
+    struct { const char *name; PyTypeObject *t; const Cls *c; } all[] = {
+        {"Fact", FactType, &C_FACT}, {"DState", DStateType, &C_DS},
+        {"EntityState", EntityStateType, &C_ST}, {"Job", JobType, &C_JOB},
+        {"Rec", RecType, &C_REC}, {"RecordChanged", RecordChangedType, &C_RC},
+        {"Outcome", OutcomeType, &C_OUT}};
+    PyObject *out = PyDict_New();
+    if (!out) return NULL;
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        if (!all[i].t) continue;
+        if (PyDict_SetItemString(out, all[i].name, all[i].c->direct ? Py_True : Py_False) < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"encode_body", (PyCFunction)(void (*)(void))encode_body, METH_FASTCALL, encode_body_doc},
     {"decode_body", (PyCFunction)(void (*)(void))decode_body, METH_FASTCALL, decode_body_doc},
@@ -2300,6 +2358,8 @@ static PyMethodDef methods[] = {
     {"setup_ready", setup_ready, METH_VARARGS,
      "setup_ready(Item, RecordChanged, Rec, CursorAdvanced): the ready batch's classes"},
     {"setup", setup, METH_VARARGS, "setup(Fact, DState, EntityState, Job): the core's classes"},
+    {"layout", layout, METH_NOARGS,
+     "layout(): class name -> read and built through its fields' offsets, per class set up"},
     {"parse_record", (PyCFunction)(void (*)(void))parse_record, METH_FASTCALL, parse_record_doc},
     {"setup_envelope", setup_envelope, METH_VARARGS,
      "setup_envelope(Source, ReadyRecord, UnreadyInsert, RecordUpdate, RecordDelete, Rec, "

@@ -1,3 +1,4 @@
+# cython: annotation_typing=True
 """Each condition kind as a pure fold over an entity's facts.
 
 ``evaluate(plan, st, cond, now)`` answers: does the condition hold for this
@@ -10,7 +11,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
@@ -20,19 +21,36 @@ from wakeline.core.plan import CondPlan, DerivationPlan, Fact, Plan, in_scope
 from wakeline.core.state import DState, EntityState
 
 
-@dataclass(slots=True)
+@dataclass(init=False)  # __init__ below: see conditions.pxd
 class Eval:
+    __slots__ = ("cond", "holds", "permitted", "settle", "kind", "reason", "value",
+                 "detail", "stimulus")
+
     cond: CondPlan
     holds: bool
-    permitted: float | None = None
-    settle: bool = False
-    kind: OutcomeKind | None = None
-    reason: str = ""
-    value: Any = None
-    detail: dict[str, Any] = field(default_factory=dict)
+    permitted: float | None
+    settle: bool
+    kind: OutcomeKind | None
+    reason: str
+    value: Any
+    detail: dict[str, Any]
     #: A stimulus for the mailbox even though the condition does not hold yet
     #: (quiet before it settles: the job waits for the settle instant).
-    stimulus: bool = False
+    stimulus: bool
+
+    def __init__(self, cond: CondPlan, holds: Any, permitted: Any = None, settle: Any = False,
+                 kind: OutcomeKind | None = None, reason: str = "", value: Any = None,
+                 detail: dict[str, Any] | None = None, stimulus: Any = False) -> None:
+        # (`Any`: compiled with annotation typing, a `bool` or `float` here would convert)
+        self.cond = cond
+        self.holds = holds
+        self.permitted = permitted
+        self.settle = settle
+        self.kind = kind
+        self.reason = reason
+        self.value = value
+        self.detail = {} if detail is None else detail
+        self.stimulus = stimulus
 
 
 def _ts(t: float | None) -> str | None:
@@ -47,6 +65,7 @@ _SEQ = attrgetter("seq")
 def ready_facts(st: EntityState) -> list[Fact]:
     """The entity's ready facts by seq (what :func:`pending` filters), for a caller
     that evaluates several derivations on the same facts."""
+    f: Fact  # noqa: F842 - compiled, this types the comprehensions' f (conditions.pxd)
     out = [f for f in st.facts.values() if f.ready]
     out.sort(key=_SEQ)
     return out
@@ -55,9 +74,10 @@ def ready_facts(st: EntityState) -> list[Fact]:
 def pending(st: EntityState, d: DerivationPlan, ready: list[Fact] | None = None) -> list[Fact]:
     """Ready driving-source records above the derivation's watermark, by seq.
     ``ready``: :func:`ready_facts` of the same state, when the caller has it."""
-    ds = st.ds.get(d.name)
+    ds: DState | None = st.ds.get(d.name)
     w = ds.w if ds is not None else 0
     i = d.index
+    f: Fact  # noqa: F842 - compiled, this types the comprehensions' f (conditions.pxd)
     if ready is not None:
         return [f for f in ready if i in f.drive and f.seq > w]
     out = [f for f in st.facts.values() if f.ready and i in f.drive and f.seq > w]
@@ -82,12 +102,13 @@ def gate(st: EntityState, d: DerivationPlan) -> int | None:
     return u
 
 
-def chains(st: EntityState, collections: Iterable[str]) -> dict[tuple[str, str], list[Fact]]:
+def chains(st: EntityState, collections: Iterable[str]) -> defaultdict[tuple[str, str], list[Fact]]:
     """Slot chains (ready, active rows of keyed collections), each sorted by seq."""
     wanted = set(collections)
-    out: dict[tuple[str, str], list[Fact]] = defaultdict(list)
+    out: defaultdict[tuple[str, str], list[Fact]] = defaultdict(list)
     if not wanted:
         return out
+    f: Fact  # noqa: F842 - compiled, this types the comprehensions' f (conditions.pxd)
     for f in st.facts.values():
         if f.key is not None and f.ready and f.active and f.coll in wanted:
             out[(f.coll, f.key)].append(f)
@@ -101,6 +122,7 @@ def current(st: EntityState, plan: Plan, cond: CondPlan) -> list[Fact]:
     assert cond.scope is not None
     names, cid = cond.scope.names, cond.cid
     keyed = plan.keyed_names_of_cid[cid]
+    f: Fact  # noqa: F842 - compiled, this types the comprehensions' f (conditions.pxd)
     rows = [f for f in st.facts.values() if f.key is None and f.ready and not f.tomb
             and f.coll in names and cid in f.cond]
     if not keyed:
@@ -156,6 +178,7 @@ def evaluate(plan: Plan, st: EntityState, cond: CondPlan, now: float,
 
 def _write(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, c: CondPlan,
            now: float, fresh: Any) -> Eval:
+    f: Fact  # noqa: F842 - compiled, this types the comprehensions' f (conditions.pxd)
     hits = [f for f in fresh if c.cid in f.cond]
     if not hits:
         return Eval(c, False, kind=OutcomeKind.NO_PENDING, value=0,
@@ -204,6 +227,7 @@ def _changed(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, c: Cond
 def _accumulator(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, c: CondPlan,
                  now: float, fresh: Any) -> Eval:
     assert c.metric is not None
+    f: Fact  # noqa: F842 - compiled, this types the comprehensions' f (conditions.pxd)
     rows = [f for f in fresh if c.cid in f.cond]
     if c.window is not None:
         start = window_start(c, now)
@@ -228,6 +252,7 @@ def _accumulator(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, c: 
 
 def census_count(plan: Plan, st: EntityState, c: CondPlan, now: float) -> int:
     rows = current(st, plan, c)
+    f: Fact  # noqa: F842 - compiled, this types the comprehensions' f (conditions.pxd)
     if c.window is not None:
         start = window_start(c, now)
         return sum(1 for f in rows if start <= f.created <= now)
@@ -237,6 +262,7 @@ def census_count(plan: Plan, st: EntityState, c: CondPlan, now: float) -> int:
 def _census(plan: Plan, st: EntityState, d: DerivationPlan, ds: DState, c: CondPlan,
             now: float, fresh: Any) -> Eval:
     count = census_count(plan, st, c, now)
+    f: Fact  # noqa: F842 - compiled, this types the comprehensions' f (conditions.pxd)
     detail = {"value": count, "threshold": c.threshold, "fresh": len(fresh)}
     if count < c.threshold:
         return Eval(c, False, kind=OutcomeKind.CENSUS_BELOW, value=count, detail=detail,

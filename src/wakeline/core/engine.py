@@ -1,3 +1,4 @@
+# cython: annotation_typing=True
 """The condition engine: ``apply(state, event, now) -> Step``.
 
 Pure: no I/O and no clock of its own.  ``apply`` takes ownership of the state it
@@ -13,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from wakeline.core import conditions as C
+from wakeline.core.conditions import Eval
 from wakeline.core.events import (
     CronFire,
     CursorAdvanced,
@@ -25,7 +27,7 @@ from wakeline.core.events import (
     Tick,
 )
 from wakeline.core.outcomes import Outcome, OutcomeKind
-from wakeline.core.plan import DATA_KINDS, DerivationPlan, Fact, Plan, TriggerPlan
+from wakeline.core.plan import DATA_KINDS, DerivationPlan, Fact, Plan, Rec, TriggerPlan
 from wakeline.core.state import DState, EntityState, Job
 
 UNREADY_ALERT_S = 300.0
@@ -87,8 +89,10 @@ class Dispatch:
     dedupe: list[str] = field(default_factory=list)
 
 
-@dataclass(slots=True)
+@dataclass
 class JobInfo:
+    __slots__ = ("job_id", "coalesced", "run_after", "derivation", "entity")
+
     job_id: str
     coalesced: bool
     run_after: float
@@ -96,19 +100,36 @@ class JobInfo:
     entity: str
 
 
-@dataclass(slots=True)
+@dataclass(init=False)  # __init__ below: see engine.pxd
 class Step:
+    __slots__ = ("state", "outcomes", "dispatched", "merged", "freshness", "job",
+                 "duplicate", "reload")
+
     state: EntityState
-    outcomes: list[Outcome] = field(default_factory=list)
-    dispatched: list[Dispatch] = field(default_factory=list)
-    merged: list[JobInfo] = field(default_factory=list)
-    freshness: list[dict[str, Any]] = field(default_factory=list)
-    job: JobInfo | None = None
-    duplicate: bool = False
+    outcomes: list[Outcome]
+    dispatched: list[Dispatch]
+    merged: list[JobInfo]
+    freshness: list[dict[str, Any]]
+    job: JobInfo | None
+    duplicate: bool
     #: Slots ``(collection, key, below)`` whose prior row the core has forgotten and
     #: now needs (an erasure removed the oldest row it kept).  The caller answers each
     #: with a :class:`SlotRestored` read from PostgreSQL before the next event.
-    reload: list[tuple[str, str, int]] = field(default_factory=list)
+    reload: list[tuple[str, str, int]]
+
+    def __init__(self, state: EntityState, outcomes: list[Outcome] | None = None,
+                 dispatched: list[Dispatch] | None = None, merged: list[JobInfo] | None = None,
+                 freshness: list[dict[str, Any]] | None = None, job: JobInfo | None = None,
+                 duplicate: Any = False, reload: list[tuple[str, str, int]] | None = None,
+                 ) -> None:
+        self.state = state
+        self.outcomes = [] if outcomes is None else outcomes
+        self.dispatched = [] if dispatched is None else dispatched
+        self.merged = [] if merged is None else merged
+        self.freshness = [] if freshness is None else freshness
+        self.job = job
+        self.duplicate = duplicate
+        self.reload = [] if reload is None else reload
 
 
 def _in_chain(f: Fact) -> bool:
@@ -184,6 +205,7 @@ class Engine:
             self._evaluate_all(step, [d for d in self._ticked if d.name in state.ds], now)
         if state.unready:
             self._alert_unready(step, now)
+        ds: DState
         for name, ds in state.ds.items():
             if ds.queued is not None:
                 self._dispatch(step, self.plan.derivations[name], now)
@@ -200,7 +222,7 @@ class Engine:
         st, plan = step.state, self.plan
         touched: set[int] = set()
         seq = (ev.after or ev.before).seq  # type: ignore[union-attr]
-        old = st.facts.pop(seq, None)
+        old: Fact | None = st.facts.pop(seq, None)
         if old is not None:
             self._forget(st, old, folded=False)
             touched |= self._derivations_of(old)
@@ -212,7 +234,7 @@ class Engine:
                 touched |= self._derivations_of(before)
         st.unready.pop(seq, None)
         if ev.op != "d" and ev.after is not None:
-            rec = ev.after
+            rec: Rec = ev.after
             if not rec.ready:
                 drive = tuple(d.index for d in plan.by_index if d.source.base_match(rec))
                 if drive:
@@ -221,7 +243,7 @@ class Engine:
                         st.d(plan.by_index[i].name)
                     touched |= set(drive)
             else:
-                fact = plan.featurize(rec)
+                fact: Fact | None = plan.featurize(rec)
                 if fact is not None:
                     st.facts[seq] = fact
                     names, dss = self._names, st.ds
@@ -357,8 +379,9 @@ class Engine:
         """``ready``: ``C.ready_facts`` of the state, when the caller evaluates several
         derivations on the same facts."""
         st = step.state
-        ds = st.ds.get(d.name) or st.d(d.name)
+        ds: DState = st.ds.get(d.name) or st.d(d.name)
         plan = self.plan
+        ev: Eval
         # Every condition of d reads the same pending records: facts and the
         # watermark do not change while it is evaluated (only the mailbox does).
         fresh: list[Fact] | None = None
@@ -419,8 +442,8 @@ class Engine:
     def _merge(self, step: Step, d: DerivationPlan, reason: str, r: float, now: float, *,
                settle: bool = False, external: bool = False, dedupe: str | None = None) -> JobInfo:
         st = step.state
-        ds = st.d(d.name)
-        q = ds.queued
+        ds: DState = st.d(d.name)
+        q: Job | None = ds.queued
         coalesced = q is not None
         if q is None:
             ds.jobs_made += 1
@@ -441,8 +464,8 @@ class Engine:
 
     def _dispatch(self, step: Step, d: DerivationPlan, now: float) -> None:
         st = step.state
-        ds = st.ds[d.name]
-        q = ds.queued
+        ds: DState = st.ds[d.name]
+        q: Job | None = ds.queued
         if q is None or q.run_after > now or ds.running is not None:
             return
         u = C.gate(st, d)
@@ -586,6 +609,7 @@ class Engine:
         wake: float | None = None
         running = False
         derivations = self.plan.derivations
+        ds: DState
         for name, ds in st.ds.items():
             if ds.running is not None:
                 running = True

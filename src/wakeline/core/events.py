@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from wakeline.core.plan import Rec
 
 
-@dataclass(slots=True)  # not frozen: one per change, and a frozen init costs 3x
+@dataclass(init=False)  # not frozen: one per change; __init__ below: see events.pxd
 class RecordChanged:
     """A change of a ``records`` row: insert (c), update (u), delete (d), snapshot (r).
 
@@ -19,10 +19,19 @@ class RecordChanged:
     redelivery.
     """
 
+    __slots__ = ("op", "after", "before", "lsn")
+
     op: str
     after: Rec | None
-    before: Rec | None = None
-    lsn: int = 0
+    before: Rec | None
+    lsn: int
+
+    def __init__(self, op: str, after: Rec | None, before: Rec | None = None,
+                 lsn: int = 0) -> None:
+        self.op = op
+        self.after = after
+        self.before = before
+        self.lsn = lsn
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ detail a JSON-able map (value and threshold, until, seq, bucket, …).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -40,16 +40,31 @@ class OutcomeKind(StrEnum):
     OUTCOMES_DROPPED = "outcomes_dropped"
 
 
-@dataclass(slots=True)
+@dataclass(init=False)  # __init__ below: see outcomes.pxd
 class Outcome:
+    __slots__ = ("kind", "reason", "at", "workspace", "entity", "derivation", "trigger",
+                 "detail")
+
     kind: OutcomeKind
     reason: str
     at: datetime
-    workspace: str = ""
-    entity: str = ""
-    derivation: str | None = None
-    trigger: str | None = None
-    detail: dict[str, Any] = field(default_factory=dict)
+    workspace: str
+    entity: str
+    derivation: str | None
+    trigger: str | None
+    detail: dict[str, Any]
+
+    def __init__(self, kind: OutcomeKind, reason: str, at: datetime, workspace: str = "",
+                 entity: str = "", derivation: str | None = None, trigger: str | None = None,
+                 detail: dict[str, Any] | None = None) -> None:
+        self.kind = kind
+        self.reason = reason
+        self.at = at
+        self.workspace = workspace
+        self.entity = entity
+        self.derivation = derivation
+        self.trigger = trigger
+        self.detail = {} if detail is None else detail
 
     def to_dict(self) -> dict[str, Any]:
         return {

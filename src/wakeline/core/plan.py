@@ -25,24 +25,49 @@ from wakeline.catalog._values import MISSING, Mismatch, compile_test, parse_date
 from wakeline.core.jsontext import floats_differ
 
 
-@dataclass(slots=True)  # not frozen: one per change, and a frozen init costs 3x
+@dataclass(init=False)  # __init__ below: see plan.pxd
 class Rec:
     """The fields of a record the core reads (a row of ``records``)."""
 
+    __slots__ = ("seq", "collection", "version", "type", "status", "key", "content", "text",
+                 "tombstone", "annotations", "scores", "enriched_at", "created_at",
+                 "parents")
+
     seq: int
     collection: str
-    version: int = 1
-    type: str = ""
-    status: str = "active"
-    key: str | None = None
-    content: Mapping[str, Any] = field(default_factory=dict)
-    text: str = ""
-    tombstone: bool = False
-    annotations: Mapping[str, Any] = field(default_factory=dict)
-    scores: Mapping[str, Any] = field(default_factory=dict)
-    enriched_at: float | None = None
-    created_at: float = 0.0
-    parents: tuple[int, ...] = ()
+    version: int
+    type: str
+    status: str
+    key: str | None
+    content: Mapping[str, Any]
+    text: str
+    tombstone: bool
+    annotations: Mapping[str, Any]
+    scores: Mapping[str, Any]
+    enriched_at: float | None
+    created_at: float
+    parents: tuple[int, ...]
+
+    def __init__(self, seq: int, collection: str, version: int = 1, type: str = "",
+                 status: str = "active", key: str | None = None,
+                 content: Mapping[str, Any] | None = None, text: str = "",
+                 tombstone: bool = False, annotations: Mapping[str, Any] | None = None,
+                 scores: Mapping[str, Any] | None = None, enriched_at: float | None = None,
+                 created_at: float = 0.0, parents: tuple[int, ...] = ()) -> None:
+        self.seq = seq
+        self.collection = collection
+        self.version = version
+        self.type = type
+        self.status = status
+        self.key = key
+        self.content = {} if content is None else content
+        self.text = text
+        self.tombstone = tombstone
+        self.annotations = {} if annotations is None else annotations
+        self.scores = {} if scores is None else scores
+        self.enriched_at = enriched_at
+        self.created_at = created_at
+        self.parents = parents
 
     @property
     def ready(self) -> bool:
@@ -304,9 +329,12 @@ class DerivationPlan:
         return None
 
 
-@dataclass(slots=True)
+@dataclass
 class Fact:
     """What the core remembers of one record: matches and values, not content."""
+
+    __slots__ = ("seq", "coll", "key", "tomb", "active", "digest", "ready", "arrived",
+                 "created", "drive", "cond")
 
     seq: int
     coll: str

@@ -21,13 +21,13 @@ the compact one of :mod:`wakeline.core.codec` (``encode_state`` /
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from wakeline.core.plan import Fact
 
 
-@dataclass(slots=True)
+@dataclass(init=False)  # __init__ below: see state.pxd
 class Job:
     """A queued or running job of one mailbox.
 
@@ -35,12 +35,24 @@ class Job:
     reason permits the run; the job's ``run_after`` is their minimum.
     """
 
+    __slots__ = ("id", "reasons", "created", "settle", "dedupe", "dispatched")
+
     id: str
     reasons: dict[str, float]
     created: float
-    settle: list[str] = field(default_factory=list)
-    dedupe: list[str] = field(default_factory=list)
-    dispatched: float | None = None
+    settle: list[str]
+    dedupe: list[str]
+    dispatched: float | None
+
+    def __init__(self, id: str, reasons: dict[str, float], created: float,
+                 settle: list[str] | None = None, dedupe: list[str] | None = None,
+                 dispatched: float | None = None) -> None:
+        self.id = id
+        self.reasons = reasons
+        self.created = created
+        self.settle = [] if settle is None else settle
+        self.dedupe = [] if dedupe is None else dedupe
+        self.dispatched = dispatched
 
     @property
     def run_after(self) -> float:
@@ -59,21 +71,41 @@ class Job:
                    list(d.get("dedupe", [])), d.get("dispatched"))
 
 
-@dataclass(slots=True)
+@dataclass(init=False)  # __init__ below: see state.pxd
 class DState:
     """One derivation's view of one entity: cursor mirror, counters, mailbox."""
 
-    w: int = 0
-    last_success: float | None = None
-    handled: float | None = None
-    last_run: float | None = None
-    total: int = 0
-    queued: Job | None = None
-    running: Job | None = None
-    dead: bool = False
-    jobs_made: int = 0
-    cron_last: dict[str, float] = field(default_factory=dict)
-    waiting_on: int | None = None
+    __slots__ = ("w", "last_success", "handled", "last_run", "total", "queued", "running",
+                 "dead", "jobs_made", "cron_last", "waiting_on")
+
+    w: int
+    last_success: float | None
+    handled: float | None
+    last_run: float | None
+    total: int
+    queued: Job | None
+    running: Job | None
+    dead: bool
+    jobs_made: int
+    cron_last: dict[str, float]
+    waiting_on: int | None
+
+    def __init__(self, w: int = 0, last_success: float | None = None,
+                 handled: float | None = None, last_run: float | None = None, total: int = 0,
+                 queued: Job | None = None, running: Job | None = None, dead: bool = False,
+                 jobs_made: int = 0, cron_last: dict[str, float] | None = None,
+                 waiting_on: int | None = None) -> None:
+        self.w = w
+        self.last_success = last_success
+        self.handled = handled
+        self.last_run = last_run
+        self.total = total
+        self.queued = queued
+        self.running = running
+        self.dead = dead
+        self.jobs_made = jobs_made
+        self.cron_last = {} if cron_last is None else cron_last
+        self.waiting_on = waiting_on
 
     def to_dict(self) -> dict[str, Any]:
         return {"w": self.w, "last_success": self.last_success, "handled": self.handled,
@@ -92,16 +124,33 @@ class DState:
                    d.get("waiting_on"))
 
 
-@dataclass(slots=True)
+@dataclass(init=False)  # __init__ below: see state.pxd
 class EntityState:
+    __slots__ = ("workspace", "entity", "facts", "unready", "ds", "census_base", "alerted",
+                 "last_lsn")
+
     workspace: str
     entity: str
-    facts: dict[int, Fact] = field(default_factory=dict)
-    unready: dict[int, list[Any]] = field(default_factory=dict)  # seq -> [created, drive]
-    ds: dict[str, DState] = field(default_factory=dict)
-    census_base: dict[int, int] = field(default_factory=dict)
-    alerted: list[int] = field(default_factory=list)
-    last_lsn: int = 0
+    facts: dict[int, Fact]
+    unready: dict[int, list[Any]]  # seq -> [created, drive]
+    ds: dict[str, DState]
+    census_base: dict[int, int]
+    alerted: list[int]
+    last_lsn: int
+
+    def __init__(self, workspace: str, entity: str, facts: dict[int, Fact] | None = None,
+                 unready: dict[int, list[Any]] | None = None,
+                 ds: dict[str, DState] | None = None,
+                 census_base: dict[int, int] | None = None, alerted: list[int] | None = None,
+                 last_lsn: int = 0) -> None:
+        self.workspace = workspace
+        self.entity = entity
+        self.facts = {} if facts is None else facts
+        self.unready = {} if unready is None else unready
+        self.ds = {} if ds is None else ds
+        self.census_base = {} if census_base is None else census_base
+        self.alerted = [] if alerted is None else alerted
+        self.last_lsn = last_lsn
 
     def d(self, name: str) -> DState:
         st = self.ds.get(name)

@@ -53,6 +53,32 @@ def same(state: EntityState) -> bytes:
     return c
 
 
+def test_the_core_classes_are_read_and_built_through_their_fields_offsets():
+    """Slotted dataclasses (source) or extension types (compiled: their members' offsets
+    are found by a probe): either way the writer reads each field at its offset and the
+    reader builds each object without calling the class.  A layout it cannot map would
+    still encode and decode, by name, several times slower."""
+    from wakeline import _compiled
+    from wakeline.cdc import envelope
+    from wakeline.core import engine, plan, state
+    from wakeline.streams import ready, sinks
+
+    if os.environ.get("WAKELINE_PURE_CODEC"):
+        pytest.skip("the C side is switched off")
+    assert ready._c_items is not None and sinks._c_rows is not None
+    assert envelope._c_parse is not None
+    compiled = _compiled.compiled(state)
+    assert _compiled.compiled(engine) == compiled and _compiled.compiled(plan) == compiled
+    if os.environ.get("CI") and os.environ.get("WAKELINE_PURE") != "1":
+        assert compiled
+    assert _ccodec.layout() == dict.fromkeys(
+        ("Fact", "DState", "EntityState", "Job", "Rec", "RecordChanged", "Outcome"), True)
+    # a state the reader made is a whole object: its method table works too
+    st = codec.decode_state(codec.encode_state(EntityState("w", "e", ds={"d": DState(w=3)})),
+                            "w", "e")
+    assert st.d("d").w == 3 and st.d("new").w == 0
+
+
 def test_a_hand_written_state():
     same(OLD_STATE)
     same(EntityState("w", "e"))
