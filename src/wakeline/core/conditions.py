@@ -108,7 +108,7 @@ def chains(st: EntityState, collections: Iterable[str]) -> defaultdict[tuple[str
     out: defaultdict[tuple[str, str], list[Fact]] = defaultdict(list)
     if not wanted:
         return out
-    f: Fact  # noqa: F842 - compiled, this types the comprehensions' f (conditions.pxd)
+    f: Fact  # compiled, this types the loop's f (conditions.pxd)
     for f in st.facts.values():
         if f.key is not None and f.ready and f.active and f.coll in wanted:
             out[(f.coll, f.key)].append(f)
