@@ -5,8 +5,8 @@ The Python source *is* the module: at install time, when Cython is at hand
 (pyproject's build requirements bring it), ``setup.py`` compiles the same files;
 without a build, the interpreter runs the source.  Compiled, a conditions worker
 spent 12-16 % less CPU per record than the source, and the extension types below took
-another sixth off (BENCHMARKS.md, "What each change bought"); in process the condition core
-runs 1.65-1.70x as fast as its source.
+about a seventh off on Tansu, with mixed results on Kafka (BENCHMARKS.md, "What each change
+bought"); in process the condition core runs 1.65-1.70x as fast as its source.
 
 The core's per-record classes (:data:`DECLARED`) are dataclasses in the source and,
 compiled, extension types: a ``.pxd`` beside each of those modules declares their
