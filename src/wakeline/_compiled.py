@@ -98,6 +98,9 @@ class FreshSource(importlib.abc.MetaPathFinder):
         self.built = built
         self.pure = pure
         self.stale: list[str] = []
+        #: per package directory, the first stale one of DECLARED (None: all fresh), read
+        #: once: each of the six imports asks
+        self._declared: dict[str, str | None] = {}
 
     def find_spec(self, fullname: str, path: Sequence[str] | None,
                   target: Any = None) -> importlib.machinery.ModuleSpec | None:
@@ -128,11 +131,14 @@ class FreshSource(importlib.abc.MetaPathFinder):
     def _declared_stale(self, directory: str) -> str | None:
         """The first of :data:`DECLARED` (all in one package directory) whose build does
         not match its files, if any."""
-        for name in DECLARED:
-            source = os.path.join(directory, name.rpartition(".")[2] + ".py")
-            if os.path.exists(source) and self.built.get(name) != source_digest(source):
-                return name
-        return None
+        if directory not in self._declared:
+            sources = {name: os.path.join(directory, name.rpartition(".")[2] + ".py")
+                       for name in DECLARED}
+            self._declared[directory] = next((
+                name for name, source in sources.items()
+                if os.path.exists(source) and self.built.get(name) != source_digest(source)),
+                None)
+        return self._declared[directory]
 
 
 def install() -> FreshSource:

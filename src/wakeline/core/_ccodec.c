@@ -464,8 +464,13 @@ static Cls C_JOB = {6, {"id", "reasons", "created", "settle", "dedupe", "dispatc
  * tp_new (every object field None) gets a fresh object through the property, and the
  * one pointer-sized word of the instance that holds it is the field.  -1 if there is
  * not exactly one. */
+static PyObject *no_args(void) {
+    static PyObject *empty;
+    return empty ? empty : (empty = PyTuple_New(0));
+}
+
 static Py_ssize_t member_offset(PyTypeObject *t, PyObject *name) {
-    PyObject *args = PyTuple_New(0), *o = NULL, *mark = NULL;
+    PyObject *args = no_args(), *o = NULL, *mark = NULL;
     Py_ssize_t found = -1;
     int hits = 0;
     if (!args || !t->tp_new || !(o = t->tp_new(t, args, NULL)) || !(mark = PyList_New(0)) ||
@@ -481,7 +486,6 @@ static Py_ssize_t member_offset(PyTypeObject *t, PyObject *name) {
     }
     Py_XDECREF(o);
     Py_XDECREF(mark);
-    Py_XDECREF(args);
     return hits == 1 ? found : -1;
 }
 
@@ -1123,8 +1127,8 @@ static PyObject *make(PyTypeObject *t, const Cls *c, PyObject **vals) {
     if (c->direct && c->members) {
         /* an extension type's tp_new sets up what else it holds (its methods' table)
          * and every field to None */
-        static PyObject *no_args;
-        if ((no_args || (no_args = PyTuple_New(0))) && (o = t->tp_new(t, no_args, NULL)))
+        PyObject *args = no_args();
+        if (args && (o = t->tp_new(t, args, NULL)))
             for (int i = 0; i < c->n; i++)
                 Py_XSETREF(*(PyObject **)((char *)o + c->offs[i]), vals[i]);
     } else if (c->direct) {
