@@ -152,3 +152,62 @@ def test_compiled_and_source_give_the_same_jobs_and_states():
         assert built["compiled"] is True
     assert source["jobs"] > 0
     assert (source["jobs"], source["states"]) == (built["jobs"], built["states"])
+
+
+def test_the_core_per_record_classes_are_outside_the_cyclic_gc_when_compiled():
+    """Compiled, the states and per-record objects are extension types without the GC
+    flag (``@cython.no_gc``): a conditions batch's states and outcomes are not scanned
+    by each young collection.  Source, they are ordinary slotted classes."""
+    import gc
+
+    from wakeline.core import codec, conditions, engine, events, outcomes, plan, state
+
+    compiled = _compiled.compiled(state)
+    if os.environ.get("CI") and os.environ.get("WAKELINE_PURE") != "1":
+        assert compiled
+    classes = (state.Job, state.DState, state.EntityState, plan.Rec, plan.Fact,
+               events.RecordChanged, outcomes.Outcome, conditions.Eval, engine.JobInfo,
+               engine.Step)
+    gc_flag = 1 << 14  # Py_TPFLAGS_HAVE_GC
+    assert {c.__name__: bool(c.__flags__ & gc_flag) for c in classes} == {
+        c.__name__: not compiled for c in classes}
+    job = state.Job("j", {"r": 1.0}, 1.0)
+    fact = plan.Fact(1, "c", None, False, True, "d", True, None, 1.0, (), {})
+    st = codec.decode_state(codec.encode_state(state.EntityState(
+        "w", "e", facts={1: fact}, ds={"d": state.DState(w=3, queued=job)})), "w", "e")
+    assert [gc.is_tracked(o) for o in (st, st.ds["d"], st.ds["d"].queued, st.facts[1])] == [
+        not compiled] * 4
+
+
+CYCLES = r"""
+import gc, json, sys, tempfile
+from pathlib import Path
+sys.path.insert(0, "bench")
+import core_throughput as ct
+from wakeline import _compiled
+from wakeline.core import engine
+assert not _compiled.compiled(engine)
+gc.disable()
+with tempfile.TemporaryDirectory() as tmp:
+    _, jobs, states = ct.run_core(ct.workload(300, 4000), ct.write_catalog(Path(tmp)))
+del states
+gc.set_debug(gc.DEBUG_SAVEALL)
+gc.collect()
+names = ("Job", "DState", "EntityState", "Rec", "Fact", "RecordChanged", "Outcome", "Eval",
+         "JobInfo", "Step")
+print(json.dumps({"jobs": jobs, "garbage": len(gc.garbage),
+                  "core": sorted({type(o).__name__ for o in gc.garbage
+                                  if type(o).__name__ in names})}))
+"""
+
+
+def test_the_core_forms_no_reference_cycles_through_its_per_record_objects():
+    """What ``@cython.no_gc`` relies on: run as source (where these classes are GC
+    types), applying a workload leaves no cycle through a state, fact, job, outcome
+    or step for the collector to find; compiled, such a cycle would never be freed."""
+    env = {**os.environ, "WAKELINE_PURE": "1"}
+    out = subprocess.run([sys.executable, "-c", CYCLES], cwd=ROOT, env=env, check=True,
+                         capture_output=True, text=True, timeout=300)
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    assert found["jobs"] > 0
+    assert found["core"] == []

@@ -15,6 +15,11 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
+try:  # compiled: Cython's decorators (see _nocython)
+    import cython
+except ImportError:  # run as source without Cython
+    from wakeline.core import _nocython as cython
+
 from wakeline.clock import iso
 from wakeline.core.outcomes import OutcomeKind
 from wakeline.core.plan import CondPlan, DerivationPlan, Fact, Plan, in_scope
@@ -22,6 +27,8 @@ from wakeline.core.state import DState, EntityState
 
 
 @dataclass(init=False)  # __init__ below: see conditions.pxd
+@cython.no_gc
+@cython.cclass
 class Eval:
     __slots__ = ("cond", "holds", "permitted", "settle", "kind", "reason", "value",
                  "detail", "stimulus")

@@ -13,6 +13,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+try:  # compiled: Cython's decorators (see _nocython)
+    import cython
+except ImportError:  # run as source without Cython
+    from wakeline.core import _nocython as cython
+
 from wakeline.core import conditions as C
 from wakeline.core.conditions import Eval
 from wakeline.core.events import (
@@ -90,6 +95,8 @@ class Dispatch:
 
 
 @dataclass
+@cython.no_gc
+@cython.cclass
 class JobInfo:
     __slots__ = ("job_id", "coalesced", "run_after", "derivation", "entity")
 
@@ -101,6 +108,8 @@ class JobInfo:
 
 
 @dataclass(init=False)  # __init__ below: see engine.pxd
+@cython.no_gc
+@cython.cclass
 class Step:
     __slots__ = ("state", "outcomes", "dispatched", "merged", "freshness", "job",
                  "duplicate", "reload")

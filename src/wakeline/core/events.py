@@ -4,10 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+try:  # compiled: Cython's decorators (see _nocython)
+    import cython
+except ImportError:  # run as source without Cython
+    from wakeline.core import _nocython as cython
+
 from wakeline.core.plan import Rec
 
 
 @dataclass(init=False)  # not frozen: one per change; __init__ below: see events.pxd
+@cython.no_gc
+@cython.cclass
 class RecordChanged:
     """A change of a ``records`` row: insert (c), update (u), delete (d), snapshot (r).
 

@@ -11,6 +11,11 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+try:  # compiled: Cython's decorators (see _nocython)
+    import cython
+except ImportError:  # run as source without Cython
+    from wakeline.core import _nocython as cython
+
 from wakeline.clock import iso
 
 
@@ -41,6 +46,8 @@ class OutcomeKind(StrEnum):
 
 
 @dataclass(init=False)  # __init__ below: see outcomes.pxd
+@cython.no_gc
+@cython.cclass
 class Outcome:
     __slots__ = ("kind", "reason", "at", "workspace", "entity", "derivation", "trigger",
                  "detail")

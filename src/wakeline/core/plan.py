@@ -19,6 +19,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+try:  # compiled: Cython's decorators (see _nocython)
+    import cython
+except ImportError:  # run as source without Cython
+    from wakeline.core import _nocython as cython
+
 import orjson
 
 from wakeline.catalog._values import MISSING, Mismatch, compile_test, parse_datetime
@@ -26,6 +31,8 @@ from wakeline.core.jsontext import floats_differ
 
 
 @dataclass(init=False)  # __init__ below: see plan.pxd
+@cython.no_gc
+@cython.cclass
 class Rec:
     """The fields of a record the core reads (a row of ``records``)."""
 
@@ -330,6 +337,8 @@ class DerivationPlan:
 
 
 @dataclass
+@cython.no_gc
+@cython.cclass
 class Fact:
     """What the core remembers of one record: matches and values, not content."""
 

@@ -24,10 +24,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+try:  # compiled: Cython's decorators (see _nocython)
+    import cython
+except ImportError:  # run as source without Cython
+    from wakeline.core import _nocython as cython
+
 from wakeline.core.plan import Fact
 
 
 @dataclass(init=False)  # __init__ below: see state.pxd
+@cython.no_gc
+@cython.cclass
 class Job:
     """A queued or running job of one mailbox.
 
@@ -72,6 +79,8 @@ class Job:
 
 
 @dataclass(init=False)  # __init__ below: see state.pxd
+@cython.no_gc
+@cython.cclass
 class DState:
     """One derivation's view of one entity: cursor mirror, counters, mailbox."""
 
@@ -125,6 +134,8 @@ class DState:
 
 
 @dataclass(init=False)  # __init__ below: see state.pxd
+@cython.no_gc
+@cython.cclass
 class EntityState:
     __slots__ = ("workspace", "entity", "facts", "unready", "ds", "census_base", "alerted",
                  "last_lsn")

@@ -22,6 +22,13 @@ boundaries collected too, every young collection of a one-process worker came fr
 the readiness thread in the middle of an agent batch, and scanned that batch's live
 states and outcomes (a census of the young generation at each collection, 2026-12-07:
 40k-127k objects, DState, Outcome, EntityState, Fact among the readiness stage's own).
+
+Compiled, the core's states and per-record objects are outside the collector
+altogether (``@cython.no_gc``, core/state.pxd).  What a young collection of the
+conditions process scans since is mostly the tuples and lists of the batch being
+decoded (a census, 2026-12-07: 20-26k objects, 16-18 ms); over a 200k-record run the
+collector took 0.03-0.25 s of its CPU (0.5-3.7 %), against 0.18-0.56 s (2.6-7.6 %)
+for the build before, alternating in the same session.
 """
 
 from __future__ import annotations
