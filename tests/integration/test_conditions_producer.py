@@ -1,4 +1,5 @@
-"""The conditions agent's producer is connected before the worker says it is ready.
+"""The conditions agent's producer is connected before the worker says it is ready
+(wakeline.cdc._kafka.warm_producer; the readiness stage warms its own the same way).
 
 Created on first use, its first batch's job flush waited ~0.5 s (Tansu and Apache
 Kafka, bench/stream_throughput.py) for the connection, the idempotent producer's id
@@ -47,9 +48,9 @@ def test_the_reload_connects_the_producer_before_the_ready_line(tansu_broker, tm
 def test_a_broker_not_answering_yet_is_left_to_the_first_batch(tmp_path, caplog):
     rt = _runtime(tmp_path, "127.0.0.1:1")
     try:
-        with caplog.at_level(logging.WARNING, logger="wakeline.streams"):
+        with caplog.at_level(logging.WARNING, logger="wakeline.kafka"):
             rt.warm_producer(timeout=0.5)
         assert not rt._warmed
-        assert "could not reach the broker yet" in caplog.text
+        assert "a producer could not reach the broker yet" in caplog.text
     finally:
         rt.close()

@@ -189,22 +189,14 @@ class Runtime:
         return self._producer
 
     def warm_producer(self, timeout: float = 10.0) -> None:
-        """Connect the producer and read the metadata of the topics it writes (once per
-        process, before the ready line): else the first batch's job flush waited for
-        the connection, the idempotent producer's id and the derive topic's
-        metadata (0.50 s on Tansu, 0.51-0.64 s on Apache Kafka: bench/stream_throughput.py,
-        tests/integration/test_conditions_producer.py).  A broker that does not
-        answer here is left to the first batch, which waits for it as before."""
-        if self._warmed:
-            return
-        producer = self.producer
-        try:
-            for topic in (self.topology.topics.derive.name, self.store.topic):
-                producer.list_topics(topic, timeout=timeout)
-        except Exception as exc:  # noqa: BLE001 - the first batch connects instead
-            log.warning("the conditions producer could not reach the broker yet: %r", exc)
-            return
-        self._warmed = True
+        """Connect the producer before the ready line, once per process
+        (:func:`wakeline.cdc._kafka.warm_producer`): else the first batch's job flush
+        waited ~0.5 s."""
+        if not self._warmed:
+            from wakeline.cdc._kafka import warm_producer
+
+            self._warmed = warm_producer(
+                self.producer, (self.topology.topics.derive.name, self.store.topic), timeout)
 
     def print_stats(self) -> None:
         """The ``wakeline-stats {json}`` line of the counters."""

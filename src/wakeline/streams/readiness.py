@@ -198,7 +198,7 @@ class ReadinessConsumer(threading.Thread):
     def _session(self) -> None:
         from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, Producer, TopicPartition
 
-        from wakeline.cdc._kafka import producer_config
+        from wakeline.cdc._kafka import producer_config, warm_producer
         from wakeline.cdc.dlq import DeadLetterWriter
         from wakeline.streams import ready
 
@@ -210,6 +210,7 @@ class ReadinessConsumer(threading.Thread):
         })
         producer = Producer(producer_config(self.bootstrap, {
             "linger.ms": 0, "client.id": "wakeline-readiness"}))
+        warm_producer(producer, (self.ready_topic,))  # else the first batch waits ~0.5 s
         dlq = DeadLetterWriter(topic=self.dead_letter_topic, producer=producer)
         failed: list[Any] = []
 
