@@ -54,3 +54,37 @@ def test_a_broker_not_answering_yet_is_left_to_the_first_batch(tmp_path, caplog)
         assert "a producer could not reach the broker yet" in caplog.text
     finally:
         rt.close()
+
+
+def test_the_readiness_stage_warms_its_producer_before_it_subscribes(tansu_broker, tmp_path,
+                                                                     monkeypatch):
+    import threading
+
+    from wakeline.cdc import _kafka
+    from wakeline.streams.readiness import Enricher, ReadinessConsumer
+
+    warmed: list[tuple[tuple[str, ...], bool]] = []
+    real = _kafka.warm_producer
+    stop = threading.Event()
+
+    def watched(producer, topics, timeout=10.0):
+        ok = real(producer, topics, timeout)
+        warmed.append((tuple(topics), ok))
+        stop.set()  # the session ends before its first poll
+        return ok
+
+    monkeypatch.setattr(_kafka, "warm_producer", watched)
+    name = f"t{uuid.uuid4().hex[:10]}"
+    cat = compile_catalog(catalog_dir(tmp_path, {"w": derivation("w", "write: {}")}))
+    rc = ReadinessConsumer(Enricher(cat, None), bootstrap=tansu_broker.bootstrap,  # type: ignore[arg-type]
+                           topic=f"{name}.changes", ready_topic=f"{name}.ready",
+                           dead_letter_topic=f"{name}.dlq", group=f"{name}-readiness",
+                           stop=stop, on_outcome=lambda o: None)
+    rc.start()
+    try:
+        rc.join(30)
+        assert warmed == [((f"{name}.ready",), True)]
+        assert not rc.is_alive()
+    finally:
+        stop.set()
+        rc.join(10)
