@@ -211,3 +211,26 @@ def test_the_core_forms_no_reference_cycles_through_its_per_record_objects():
     found = json.loads(out.stdout.strip().splitlines()[-1])
     assert found["jobs"] > 0
     assert found["core"] == []
+
+
+def test_the_engine_reads_its_own_attributes_from_its_struct_when_compiled(tmp_path):
+    """``Engine`` is declared in ``engine.pxd``: compiled, its attributes are members
+    (the core's methods read ``self.plan``, ``self._evaluators``, … without a dict
+    lookup), and an instance still takes other attributes (a test replaces ``apply``
+    on one engine)."""
+    from tests.unit.core.helpers import catalog_dir, derivation
+    from wakeline.catalog import compile_catalog
+    from wakeline.core import engine
+    from wakeline.core.build import build_plan
+
+    compiled = _compiled.compiled(engine)
+    if os.environ.get("CI") and os.environ.get("WAKELINE_PURE") != "1":
+        assert compiled
+    members = ("plan", "_names", "_evaluators", "_ticked", "unready_alert_s", "paused", "_at")
+    assert {m: type(vars(engine.Engine).get(m)).__name__ == "getset_descriptor"
+            for m in members} == dict.fromkeys(members, compiled)
+    eng = engine.Engine(build_plan(compile_catalog(
+        catalog_dir(tmp_path, {"w": derivation("w", "write: {}")}))))
+    assert eng.plan.derivations["w"].name == "w"
+    eng.note = "kept"
+    assert eng.note == "kept"

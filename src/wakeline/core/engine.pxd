@@ -12,3 +12,7 @@ cdef class JobInfo:
 cdef class Step:
     cdef public EntityState state
     cdef public object outcomes, dispatched, merged, freshness, job, duplicate, reload
+
+cdef class Engine:
+    cdef public object plan, _names, _evaluators, _ticked, unready_alert_s, paused, _at
+    cdef dict __dict__  # a test replaces a method of one instance
